@@ -1,0 +1,73 @@
+"""One rollout attempt, and the capture-key codec both protocol sides share.
+
+The capture key names an attempt on rollout rows and on the wire:
+``rollout_id`` for attempt 0, ``<rollout_id>-a<attempt>`` after that. Because
+rollout ids may not end in ``-a<N>``, the key parses back unambiguously.
+
+    episode = EnvironmentEpisode("task-7", 0)
+    episode.capture_key                      # "task-7"
+    episode.next_attempt().capture_key       # "task-7-a1"
+    EnvironmentEpisode.from_capture_key("task-7-a1") == episode.next_attempt()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from envckpt.ids import ATTEMPT_SUFFIX, validate_attempt, validate_rollout_id
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class EnvironmentEpisode:
+    """One attempt of one rollout: ``(rollout_id, attempt)``, attempt 0 first."""
+
+    rollout_id: str
+    attempt: int
+
+    def __post_init__(self) -> None:
+        validate_rollout_id(self.rollout_id)
+        validate_attempt(self.attempt)
+
+    @property
+    def capture_key(self) -> str:
+        """The attempt's key on rollout rows and on the wire."""
+        if self.attempt == 0:
+            return self.rollout_id
+        return f"{self.rollout_id}-a{self.attempt}"
+
+    def next_attempt(self) -> EnvironmentEpisode:
+        """The attempt a restore continues this one as."""
+        return EnvironmentEpisode(self.rollout_id, self.attempt + 1)
+
+    @classmethod
+    def from_capture_key(cls, capture_key: str) -> EnvironmentEpisode:
+        """Parse a capture key; raise ValueError for one no episode produces."""
+        if not isinstance(capture_key, str):
+            raise ValueError(f"capture key must be a string, got {capture_key!r}")
+        match = ATTEMPT_SUFFIX.match(capture_key)
+        if match is None:
+            return cls(capture_key, 0)
+        return cls(match["base"], int(match["attempt"]))
+
+    def to_wire(self) -> dict[str, Any]:
+        """The protocol's JSON form: both keys always present."""
+        return {"rollout_id": self.rollout_id, "attempt": self.attempt}
+
+    @classmethod
+    def from_wire(cls, value: object) -> EnvironmentEpisode:
+        """Parse ``{"rollout_id": str, "attempt": int}``; raise ValueError otherwise."""
+        if not isinstance(value, Mapping) or set(value) != {"rollout_id", "attempt"}:
+            raise ValueError(f"episode must be {{rollout_id, attempt}}, got {value!r}")
+        return cls(value["rollout_id"], value["attempt"])
+
+
+def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
+    """Sorted capture keys of ``episodes``, the order the protocol replies in."""
+    return sorted({episode.capture_key for episode in episodes})
+
+
+def episodes_from_keys(keys: Iterable[str]) -> tuple[EnvironmentEpisode, ...]:
+    """Sorted episodes parsed from capture keys."""
+    return tuple(sorted({EnvironmentEpisode.from_capture_key(key) for key in keys}))

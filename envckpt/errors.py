@@ -1,0 +1,208 @@
+"""Every error envckpt raises, grouped by what the caller can do about it.
+
+* ``IllegalTransition``: the caller asked for an ordering the machines refuse.
+  A bug in the caller; nothing was sent and no state changed.
+* ``GymCheckpointUnavailable`` (and ``SnapshotNotReady``): transient. The
+  snapshot can be retried; nothing the trainer holds changed.
+* ``ProtocolViolation``: a participant or backend broke its contract. Fatal for
+  this checkpoint; retrying will not help.
+* ``DeadlineExceeded``: the absolute deadline passed before the work finished.
+* ``CorruptCheckpoint`` and ``IncompatibleCheckpoint``: a checkpoint on disk
+  cannot be used (damaged, partial, foreign) or does not fit this deployment.
+  Nothing was installed.
+* ``UnsupportedDeployment``: the deployment cannot recover as configured.
+* ``CoordinationError``: one control operation failed on some participants;
+  ``failures`` maps server name to text.
+* ``ParticipantError``: a participant refused a call with a protocol error
+  code (the server-side error, also what the client parses replies into).
+
+Every class survives ``pickle`` with all its fields, because Ray turns an
+unpicklable exception into an untyped ``UnserializableException``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+
+def _rebuild(cls: type[EnvckptError], fields: dict[str, Any]) -> EnvckptError:
+    return cls(**fields)
+
+
+class EnvckptError(Exception):
+    """Base class. Subclasses list their keyword fields in ``_fields``."""
+
+    _fields: ClassVar[tuple[str, ...]] = ("message",)
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {name: getattr(self, name) for name in self._fields}
+        return (_rebuild, (type(self), fields))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class IllegalTransition(EnvckptError, RuntimeError):
+    """A trigger the machine's table does not allow from the current state."""
+
+    _fields = ("machine", "instance", "state", "trigger")
+
+    def __init__(self, *, machine: str, instance: str, state: str, trigger: str) -> None:
+        super().__init__(
+            f"{machine} {instance!r}: {trigger!r} is not allowed in state {state!r}"
+        )
+        self.machine = machine
+        self.instance = instance
+        self.state = state
+        self.trigger = trigger
+
+
+class GymCheckpointUnavailable(EnvckptError, RuntimeError):
+    """A checkpoint control call could not complete; a later snapshot may succeed.
+
+    ``failures`` maps a participant (or instance) to the text it failed with.
+    """
+
+    _fields = ("message", "operation", "failures")
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str = "",
+        failures: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.failures: dict[str, str] = dict(failures or {})
+
+
+class SnapshotNotReady(GymCheckpointUnavailable):
+    """Some instance had rollouts that did not reach a turn boundary in time.
+
+    ``blockers`` maps ``instance_id`` to ``{server: capture keys}``. Every
+    instance was resumed before this was raised.
+    """
+
+    _fields = ("message", "operation", "failures", "blockers")
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str = "prepare",
+        failures: Mapping[str, str] | None = None,
+        blockers: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
+    ) -> None:
+        super().__init__(message, operation=operation, failures=failures)
+        self.blockers: dict[str, dict[str, tuple[str, ...]]] = {
+            instance: {server: tuple(keys) for server, keys in servers.items()}
+            for instance, servers in (blockers or {}).items()
+        }
+
+
+class ProtocolViolation(EnvckptError, RuntimeError):
+    """A participant's reply broke the protocol contract; do not retry blindly."""
+
+
+class DeadlineExceeded(EnvckptError, TimeoutError):
+    """The absolute deadline passed before the operation finished."""
+
+    _fields = ("message", "deadline_ts")
+
+    def __init__(self, message: str, *, deadline_ts: float) -> None:
+        super().__init__(message)
+        self.deadline_ts = deadline_ts
+
+
+class CorruptCheckpoint(EnvckptError, ValueError):
+    """Checkpoint state on disk is missing, damaged, partial or foreign."""
+
+    _fields = ("message", "path")
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(f"{message} ({path})" if path else message)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.path})" if self.path else self.message
+
+
+class IncompatibleCheckpoint(EnvckptError, RuntimeError):
+    """A valid checkpoint that this deployment cannot restore (topology, participants)."""
+
+
+class UnsupportedDeployment(EnvckptError, RuntimeError):
+    """The deployment cannot provide turn-level recovery as configured."""
+
+
+class CoordinationError(EnvckptError, RuntimeError):
+    """One control operation failed on some participants of one deployment."""
+
+    _fields = ("operation", "failures")
+
+    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
+        self.operation = operation
+        self.failures: dict[str, str] = dict(sorted(failures.items()))
+        detail = "; ".join(f"{server}: {text}" for server, text in self.failures.items())
+        super().__init__(f"checkpoint {operation} failed: {detail}")
+
+
+# Protocol error codes and the HTTP status each is answered with (protocol.md 7).
+ERROR_STATUS: Mapping[str, int] = {
+    "stale_checkpoint": 409,
+    "checkpoint_conflict": 409,
+    "invalid_phase": 409,
+    "deadline_exceeded": 409,
+    "stale_attempt": 409,
+    "admission_closed": 409,
+    "restart_in_scope": 409,
+    "unauthorized": 401,
+    "rollout_id_required": 400,
+    "invalid_request": 422,
+    "invalid_checkpoint_state": 422,
+    "checkpoint_error": 500,
+}
+
+
+class ParticipantError(EnvckptError):
+    """A participant refused a control or episode call with a protocol error code."""
+
+    _fields = ("code", "detail")
+
+    def __init__(self, code: str, detail: str) -> None:
+        if code not in ERROR_STATUS:
+            raise ValueError(f"unknown protocol error code {code!r}")
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+    @property
+    def status(self) -> int:
+        """The HTTP status this code is answered with."""
+        return ERROR_STATUS[self.code]
+
+    def to_wire(self) -> dict[str, Any]:
+        """The protocol's error envelope."""
+        return {"error": {"code": self.code, "detail": self.detail}}
+
+
+ALL_ERRORS: tuple[type[EnvckptError], ...] = (
+    EnvckptError,
+    IllegalTransition,
+    GymCheckpointUnavailable,
+    SnapshotNotReady,
+    ProtocolViolation,
+    DeadlineExceeded,
+    CorruptCheckpoint,
+    IncompatibleCheckpoint,
+    UnsupportedDeployment,
+    CoordinationError,
+    ParticipantError,
+)

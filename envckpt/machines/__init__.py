@@ -1,0 +1,1 @@
+"""The state machines: pure tables (``tables``) and their binding to ``transitions``."""

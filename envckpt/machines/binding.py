@@ -1,0 +1,135 @@
+"""Bind a ``MachineTable`` to the ``transitions`` library.
+
+One ``transitions.Machine`` is built per table and shared by every model of
+that table (a "compiled" table). Models are not registered with ``add_model``,
+which checks membership in a list and so costs O(n) per model; instead each
+``MachineState`` is a tiny object that carries its own ``state`` attribute and
+events are fired through the shared machine's event objects. Registering a
+model is therefore O(1) (see ``bench/bench_registration.py``).
+
+    lifecycle = bind(INSTANCE_LIFECYCLE)
+    state = lifecycle.new("shard/replica-0")
+    lifecycle.check(state, "prepare")       # IllegalTransition, no side effect
+    lifecycle.fire(state, "discover", checkpoint_id=None)
+
+The binding uses no callbacks: the caller does its I/O first and then fires,
+so a transition never awaits and cannot be cancelled half-way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cache
+
+import structlog
+from transitions import Machine, MachineError
+
+from envckpt.errors import IllegalTransition
+from envckpt.machines.table import MachineTable
+
+
+class MachineState:
+    """The running state of one model of a table (one instance, one participant)."""
+
+    __slots__ = ("entered_at", "name", "state")
+
+    def __init__(self, name: str, initial: str) -> None:
+        self.name = name
+        self.state = initial
+        self.entered_at = time.monotonic()
+
+    def __repr__(self) -> str:
+        return f"MachineState({self.name!r}, state={self.state!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """One fired transition, as logged."""
+
+    machine: str
+    instance_id: str
+    trigger: str
+    source: str
+    dest: str
+    checkpoint_id: str | None
+    elapsed: float
+
+
+class BoundMachine:
+    """A table compiled into one shared ``transitions.Machine``."""
+
+    def __init__(self, table: MachineTable) -> None:
+        self.table = table
+        self._machine = Machine(
+            model=None,
+            states=list(table.states),
+            initial=table.initial,
+            auto_transitions=False,
+            ignore_invalid_triggers=False,
+            name=table.name,
+        )
+        for row in table.rows:
+            self._machine.add_transition(row.trigger, list(row.sources), row.dest)
+
+    def new(self, name: str, state: str | None = None) -> MachineState:
+        """A fresh model in the table's initial state (or ``state``, for rebuilds)."""
+        start = self.table.initial if state is None else state
+        if start not in self.table.states:
+            raise ValueError(f"{self.table.name}: unknown state {start!r}")
+        return MachineState(name, start)
+
+    def can_fire(self, model: MachineState, trigger: str) -> bool:
+        """Whether ``trigger`` is legal in the model's current state."""
+        return self.table.destination(model.state, trigger) is not None
+
+    def check(self, model: MachineState, trigger: str) -> None:
+        """Raise ``IllegalTransition`` unless ``trigger`` is legal now. No side effect."""
+        if not self.can_fire(model, trigger):
+            raise self._illegal(model, trigger)
+
+    def fire(
+        self, model: MachineState, trigger: str, *, checkpoint_id: str | None = None
+    ) -> TransitionRecord:
+        """Move the model along ``trigger`` and log the transition as one event."""
+        source = model.state
+        event = self._machine.events.get(trigger)
+        if event is None:
+            raise self._illegal(model, trigger)
+        try:
+            event.trigger(model)
+        except MachineError:
+            raise self._illegal(model, trigger) from None
+        now = time.monotonic()
+        record = TransitionRecord(
+            machine=self.table.name,
+            instance_id=model.name,
+            trigger=trigger,
+            source=source,
+            dest=model.state,
+            checkpoint_id=checkpoint_id,
+            elapsed=round(now - model.entered_at, 6),
+        )
+        model.entered_at = now
+        structlog.get_logger("envckpt.transitions").info(
+            "transition",
+            machine=record.machine,
+            instance_id=record.instance_id,
+            trigger=record.trigger,
+            source=record.source,
+            dest=record.dest,
+            checkpoint_id=record.checkpoint_id,
+            elapsed=record.elapsed,
+        )
+        return record
+
+    def _illegal(self, model: MachineState, trigger: str) -> IllegalTransition:
+        return IllegalTransition(
+            machine=self.table.name, instance=model.name, state=model.state, trigger=trigger
+        )
+
+
+@cache
+def bind(table: MachineTable) -> BoundMachine:
+    """The shared compiled machine for ``table`` (built once per process)."""
+    return BoundMachine(table)
