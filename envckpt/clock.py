@@ -20,6 +20,10 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    async def wait_for_event(self, event: asyncio.Event, deadline_ts: float) -> bool:
+        """Wait until ``event`` is set (True) or ``deadline_ts`` passes (False)."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -30,6 +34,18 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    async def wait_for_event(self, event: asyncio.Event, deadline_ts: float) -> bool:
+        timeout = deadline_ts - self.now()
+        if event.is_set():
+            return True
+        if timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return event.is_set()
+        return True
+
 
 class FakeClock:
     """A clock that only moves when told to, or when someone sleeps on it.
@@ -38,8 +54,9 @@ class FakeClock:
     event loop), so code that polls until a deadline finishes instantly.
     """
 
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
+    def __init__(self, start: float = 1_800_000_000.0, *, settle_rounds: int = 20) -> None:
         self._now = start
+        self.settle_rounds = settle_rounds
 
     def now(self) -> float:
         return self._now
@@ -50,6 +67,19 @@ class FakeClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
+
+    async def wait_for_event(self, event: asyncio.Event, deadline_ts: float) -> bool:
+        # Give every runnable task a few turns to set the event; if none does,
+        # nothing will before the deadline in a world where time only moves
+        # when asked, so jump to the deadline.
+        for _ in range(self.settle_rounds):
+            if event.is_set():
+                return True
+            await asyncio.sleep(0)
+        if event.is_set():
+            return True
+        self._now = max(self._now, deadline_ts)
+        return False
 
 
 def remaining(deadline_ts: float, clock: Clock) -> float:

@@ -50,12 +50,10 @@ class EnvckptError(Exception):
 class IllegalTransition(EnvckptError, RuntimeError):
     """A trigger the machine's table does not allow from the current state."""
 
-    _fields = ("machine", "instance", "state", "trigger")
+    _fields: ClassVar[tuple[str, ...]] = ("machine", "instance", "state", "trigger")
 
     def __init__(self, *, machine: str, instance: str, state: str, trigger: str) -> None:
-        super().__init__(
-            f"{machine} {instance!r}: {trigger!r} is not allowed in state {state!r}"
-        )
+        super().__init__(f"{machine} {instance!r}: {trigger!r} is not allowed in state {state!r}")
         self.machine = machine
         self.instance = instance
         self.state = state
@@ -68,7 +66,7 @@ class GymCheckpointUnavailable(EnvckptError, RuntimeError):
     ``failures`` maps a participant (or instance) to the text it failed with.
     """
 
-    _fields = ("message", "operation", "failures")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures")
 
     def __init__(
         self,
@@ -89,7 +87,7 @@ class SnapshotNotReady(GymCheckpointUnavailable):
     instance was resumed before this was raised.
     """
 
-    _fields = ("message", "operation", "failures", "blockers")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures", "blockers")
 
     def __init__(
         self,
@@ -113,7 +111,7 @@ class ProtocolViolation(EnvckptError, RuntimeError):
 class DeadlineExceeded(EnvckptError, TimeoutError):
     """The absolute deadline passed before the operation finished."""
 
-    _fields = ("message", "deadline_ts")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "deadline_ts")
 
     def __init__(self, message: str, *, deadline_ts: float) -> None:
         super().__init__(message)
@@ -123,7 +121,7 @@ class DeadlineExceeded(EnvckptError, TimeoutError):
 class CorruptCheckpoint(EnvckptError, ValueError):
     """Checkpoint state on disk is missing, damaged, partial or foreign."""
 
-    _fields = ("message", "path")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "path")
 
     def __init__(self, message: str, *, path: str = "") -> None:
         super().__init__(f"{message} ({path})" if path else message)
@@ -145,7 +143,7 @@ class UnsupportedDeployment(EnvckptError, RuntimeError):
 class CoordinationError(EnvckptError, RuntimeError):
     """One control operation failed on some participants of one deployment."""
 
-    _fields = ("operation", "failures")
+    _fields: ClassVar[tuple[str, ...]] = ("operation", "failures")
 
     def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
         self.operation = operation
@@ -174,7 +172,7 @@ ERROR_STATUS: Mapping[str, int] = {
 class ParticipantError(EnvckptError):
     """A participant refused a control or episode call with a protocol error code."""
 
-    _fields = ("code", "detail")
+    _fields: ClassVar[tuple[str, ...]] = ("code", "detail")
 
     def __init__(self, code: str, detail: str) -> None:
         if code not in ERROR_STATUS:

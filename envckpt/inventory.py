@@ -122,8 +122,8 @@ def verify_contents(
             actual = owner.get(episode)
             if actual is None:
                 raise ProtocolViolation(
-                    f"snapshot {contents.checkpoint_id}: {instance} exported {episode.capture_key}, "
-                    "which is no longer a live attempt in the ledger"
+                    f"snapshot {contents.checkpoint_id}: {instance} exported "
+                    f"{episode.capture_key}, which is no longer a live attempt in the ledger"
                 )
             if actual != instance:
                 raise ProtocolViolation(
@@ -131,7 +131,9 @@ def verify_contents(
                     f"{episode.capture_key}, which the ledger places on {actual}"
                 )
     for instance, episodes in live.items():
-        covered = set(contents.exported.get(instance, ())) | set(contents.restarts.get(instance, ()))
+        covered = set(contents.exported.get(instance, ())) | set(
+            contents.restarts.get(instance, ())
+        )
         missing = sorted(episode.capture_key for episode in set(episodes) - covered)
         if missing:
             raise GymCheckpointUnavailable(

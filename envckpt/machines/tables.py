@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from envckpt.machines.table import SAME, MachineTable, Row
 
-# States with a checkpoint open on the instance's participants: only these
-# can fail, and every one of them can be resumed (which also aborts).
+# States with a checkpoint open on the instance's participants; every one of
+# them can be resumed (which also aborts). A prepare that failed half-way may
+# have opened one too, so ``fail`` is also legal where prepare starts.
 _OPEN = ("preparing", "prepared", "committed")
 
 INSTANCE_LIFECYCLE = MachineTable(
@@ -57,7 +58,12 @@ INSTANCE_LIFECYCLE = MachineTable(
         Row("retire", ("discovered", "resumed", "restored", "restore_failed"), SAME),
         Row("forget", ("discovered", "resumed", "restored"), SAME),
         Row("restore", ("discovered",), "restored", "fresh deployment only"),
-        Row("fail", _OPEN, "failed", "a control call failed; only resume may follow"),
+        Row(
+            "fail",
+            ("discovered", "resumed", *_OPEN),
+            "failed",
+            "a control call failed; a checkpoint may be open, so only resume may follow",
+        ),
         Row(
             "fail_restore",
             ("discovered",),

@@ -1,0 +1,1 @@
+"""Coordinator side of the control protocol: ordering, results, transports."""

@@ -1,0 +1,289 @@
+"""The coordinator: protocol.md section 5 ordering over any ``ControlTransport``.
+
+Stateless between calls; every call is safe to retry with the same id.
+
+* discover: ``GET status`` everywhere; 404 = not a participant; anything else
+  fails discovery; no policy ``model`` fails it too.
+* prepare: stage by stage, stopping at the first stage that is not ready.
+* resume: stages in reverse, past failures, one aggregated error.
+* commit, restore, renew: everyone at once.
+* retire, forget: callers before callees; an empty list sends nothing.
+* restore is all-or-nothing: on failure retire the next attempts everywhere,
+  resume everyone, then raise the restore error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from envckpt.clock import Clock, SystemClock
+from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
+from envckpt.coordination.types import (
+    MODES,
+    RETIRE_ORDER,
+    STAGES,
+    Member,
+    Participants,
+    PrepareResult,
+)
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import CoordinationError
+
+# Room for the reply to arrive after the participant's own deadline.
+REPLY_SLACK_SECONDS = 5.0
+DISCOVER_TRIES = 3
+DISCOVER_TIMEOUT_SECONDS = 60.0
+# A failed restore must still clean up even if its own deadline has passed.
+CLEANUP_SECONDS = 30.0
+# Connection errors are retried this many times in all on control calls.
+CONTROL_CONNECT_TRIES = 2
+
+
+def _wire(episodes: Iterable[EnvironmentEpisode]) -> list[dict[str, Any]]:
+    return [episode.to_wire() for episode in episodes]
+
+
+class Coordinator:
+    """``GymCoordination`` over a transport."""
+
+    def __init__(self, transport: ControlTransport, *, clock: Clock | None = None) -> None:
+        self._transport = transport
+        self._clock = clock or SystemClock()
+
+    @property
+    def transport(self) -> ControlTransport:
+        return self._transport
+
+    async def discover(self) -> Participants:
+        members: list[Member] = []
+        failures: dict[str, str] = {}
+
+        async def probe(server: str) -> None:
+            try:
+                reply = await self._transport.request(
+                    server,
+                    "GET",
+                    "status",
+                    None,
+                    timeout=DISCOVER_TIMEOUT_SECONDS,
+                    connect_tries=DISCOVER_TRIES,
+                )
+            except TransportFailure as error:
+                failures[server] = str(error)
+                return
+            if reply.status == 404:
+                return  # no control routes: not a participant
+            if reply.status != 200 or not isinstance(reply.body, Mapping):
+                failures[server] = reply.describe()
+                return
+            kind = reply.body.get("kind")
+            # Older Gym builds omit mode; they export and restore.
+            mode = reply.body.get("mode") or "export_restore"
+            if kind not in STAGES:
+                failures[server] = f"unknown participant kind {kind!r}"
+            elif mode not in MODES:
+                failures[server] = f"unknown participant mode {mode!r}"
+            else:
+                members.append(Member(server_name=server, kind=kind, mode=mode))
+
+        await asyncio.gather(*(probe(server) for server in self._transport.server_names()))
+        if failures:
+            raise CoordinationError("discover", failures)
+        if not any(member.kind == "model" for member in members):
+            raise CoordinationError(
+                "discover", {"deployment": "no policy model takes part in checkpoints"}
+            )
+        return Participants(members=tuple(members))
+
+    async def prepare(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> PrepareResult:
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
+        replies: dict[str, dict[str, Any]] = {}
+        for kind in STAGES:
+            stage = await self._fan_out(
+                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts
+            )
+            replies.update(stage)
+            if any(reply.get("phase") != "prepared" for reply in stage.values()):
+                return PrepareResult(prepared=False, replies=replies)
+        return PrepareResult(prepared=True, replies=replies)
+
+    async def renew(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> None:
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
+        await self._fan_out("renew", participants.members, body, deadline_ts=deadline_ts)
+
+    async def retire(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> None:
+        episode_ids = _wire(episodes)
+        if not episode_ids:
+            return
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
+        await self._in_retire_order("retire", participants, body | {"episode_ids": episode_ids})
+
+    async def forget(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        rollout_ids: Iterable[str],
+        *,
+        deadline_ts: float,
+    ) -> None:
+        ids = sorted(set(rollout_ids))
+        if not ids:
+            return
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts, "rollout_ids": ids}
+        await self._in_retire_order("forget", participants, body)
+
+    async def commit(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        episodes: Iterable[EnvironmentEpisode] | None,
+        *,
+        deadline_ts: float,
+        stop: bool = False,
+    ) -> dict[str, dict[str, Any]]:
+        body: dict[str, Any] = {
+            "checkpoint_id": checkpoint_id,
+            "deadline_ts": deadline_ts,
+            "checkpoint_dir": checkpoint_dir,
+            "episode_ids": None if episodes is None else _wire(episodes),
+        }
+        if stop:
+            # Only sent when true: some Gym builds reject the field.
+            body["stop"] = True
+        return await self._fan_out("commit", participants.members, body, deadline_ts=deadline_ts)
+
+    async def restore(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> dict[str, dict[str, Any]]:
+        scope = tuple(episodes)
+        body = {
+            "checkpoint_id": checkpoint_id,
+            "deadline_ts": deadline_ts,
+            "checkpoint_dir": checkpoint_dir,
+            "episode_ids": _wire(scope),
+        }
+        try:
+            return await self._fan_out(
+                "restore", participants.members, body, deadline_ts=deadline_ts
+            )
+        except CoordinationError:
+            await self.abandon_restore(participants, checkpoint_id, scope, deadline_ts=deadline_ts)
+            raise
+
+    async def abandon_restore(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        scope: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> None:
+        """Free every restored replacement attempt and resume; never raises.
+
+        Used when this deployment's restore failed, and by the facade when
+        another instance's restore failed or the caller raised.
+        """
+        log = structlog.get_logger("envckpt.coordinator").bind(checkpoint_id=checkpoint_id)
+        cleanup_deadline = max(deadline_ts, self._clock.now() + CLEANUP_SECONDS)
+        try:
+            await self.retire(
+                participants,
+                checkpoint_id,
+                [episode.next_attempt() for episode in scope],
+                deadline_ts=cleanup_deadline,
+            )
+        except CoordinationError as error:
+            log.warning("restore cleanup: retire failed", failures=error.failures)
+        try:
+            await self.resume(participants, checkpoint_id, deadline_ts=cleanup_deadline)
+        except CoordinationError as error:
+            log.warning("restore cleanup: resume failed", failures=error.failures)
+
+    async def resume(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> None:
+        body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
+        failures: dict[str, str] = {}
+        for kind in reversed(STAGES):
+            try:
+                await self._fan_out(
+                    "resume", participants.of_kind(kind), body, deadline_ts=deadline_ts
+                )
+            except CoordinationError as error:
+                # Keep reopening the other stages; an unreachable participant
+                # resumes itself when its lease expires.
+                failures.update(error.failures)
+        if failures:
+            raise CoordinationError("resume", failures)
+
+    async def _in_retire_order(
+        self, operation: str, participants: Participants, body: dict[str, Any]
+    ) -> None:
+        for kinds in RETIRE_ORDER:
+            members = participants.of_kind(*kinds)
+            if members:
+                await self._fan_out(operation, members, body, deadline_ts=body["deadline_ts"])
+
+    async def _fan_out(
+        self,
+        operation: str,
+        members: Iterable[Member],
+        body: Mapping[str, Any],
+        *,
+        deadline_ts: float,
+    ) -> dict[str, dict[str, Any]]:
+        """POST ``operation`` to every member at once; all replies or one error."""
+        members = tuple(members)
+        timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
+        results = await asyncio.gather(
+            *(
+                self._transport.request(
+                    member.server_name,
+                    "POST",
+                    operation,
+                    body,
+                    timeout=timeout,
+                    connect_tries=CONTROL_CONNECT_TRIES,
+                )
+                for member in members
+            ),
+            return_exceptions=True,
+        )
+        replies: dict[str, dict[str, Any]] = {}
+        failures: dict[str, str] = {}
+        for member, result in zip(members, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                failures[member.server_name] = f"{type(result).__name__}: {result}"
+            elif not isinstance(result, ControlReply):
+                failures[member.server_name] = f"unexpected transport result {result!r}"
+            elif result.status != 200 or not isinstance(result.body, dict):
+                failures[member.server_name] = result.describe()
+            else:
+                replies[member.server_name] = result.body
+        if failures:
+            raise CoordinationError(operation, failures)
+        return replies

@@ -1,0 +1,117 @@
+"""The in-process transport: control requests as direct calls to participant cores.
+
+Bodies are round-tripped through JSON and go through the same ``dispatch``
+edge as HTTP (auth, validation, error envelope), so the in-process deployment
+behaves like the real one, minus sockets. Faults from a ``FaultPlan`` are
+applied here.
+
+    transport = InProcessTransport({"policy": core, "judge": None}, token="t")
+    coordinator = Coordinator(transport)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envckpt.coordination.faults import FaultPlan
+from envckpt.coordination.transport import ControlReply, TransportFailure
+from envckpt.participant import dispatch, store
+from envckpt.participant.core import ParticipantCore
+
+
+class SimulatedCrash(Exception):
+    """A participant 'crashed' at an injected point."""
+
+
+class InProcessTransport:
+    """``ControlTransport`` over participant cores living in this process.
+
+    A server mapped to ``None`` has no control routes (answers 404), like an
+    auxiliary judge model.
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, ParticipantCore | None],
+        *,
+        token: str,
+        faults: FaultPlan | None = None,
+    ) -> None:
+        self._servers = dict(servers)
+        self._token = dispatch.check_token(token)
+        self.faults = faults if faults is not None else FaultPlan()
+        self.requests = 0
+
+    def server_names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._servers))
+
+    def core(self, server: str) -> ParticipantCore:
+        core = self._servers[server]
+        if core is None:
+            raise KeyError(f"{server} is not a participant")
+        return core
+
+    async def request(
+        self,
+        server: str,
+        method: str,
+        route: str,
+        body: Mapping[str, Any] | None,
+        *,
+        timeout: float,
+        connect_tries: int = 1,
+        authorization: str | None = None,
+    ) -> ControlReply:
+        self.requests += 1
+        if server not in self._servers:
+            raise TransportFailure(f"no server named {server!r} (connection refused)")
+        if self.faults.take(server, route, "unreachable"):
+            raise TransportFailure(f"{server} unreachable (connection refused)")
+        core = self._servers[server]
+        if core is None:
+            return ControlReply(404, {"detail": "Not Found"})
+        if self.faults.take(server, route, "error"):
+            return ControlReply(500, None, raw="Internal Server Error")
+        if route == "commit" and self.faults.take(server, route, "crash_before_publish"):
+            core.before_publish.append(_crash_once(core))
+        wire_body = None if body is None else json.loads(json.dumps(body))
+        status, reply = await dispatch.handle(
+            core,
+            method,
+            route,
+            wire_body,
+            authorization=authorization or f"Bearer {self._token}",
+            token=self._token,
+        )
+        if self.faults.take(server, route, "drop_reply"):
+            raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
+        if (
+            status == 200
+            and route == "commit"
+            and self.faults.take(server, route, "corrupt_records")
+        ):
+            checkpoint_dir = str((body or {})["checkpoint_dir"])
+            manifest = store.read_manifest(checkpoint_dir, kind=core.kind, instance=core.instance)
+            corrupt_records_file(store.records_path(checkpoint_dir, manifest))
+        return ControlReply(status, json.loads(json.dumps(reply)))
+
+
+def _crash_once(core: ParticipantCore) -> Any:
+    def crash() -> None:
+        core.before_publish.remove(crash)
+        raise SimulatedCrash(f"{core.server_name} crashed between records and manifest")
+
+    return crash
+
+
+def corrupt_records_file(path: Path) -> None:
+    """Flip one byte in the middle of a records file (or append one if it is empty)."""
+    data = bytearray(path.read_bytes())
+    if not data:
+        path.write_bytes(b"x")
+        return
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))

@@ -1,0 +1,169 @@
+"""Values the coordination layer returns, and the ``GymCoordination`` interface.
+
+``GymCoordination`` has the eight operations of protocol.md section 5. The
+adapter calls them in this order for a snapshot::
+
+    participants = await coordination.discover()
+    await coordination.retire(participants, cid, dropped, deadline_ts=d)
+    result = await coordination.prepare(participants, cid, deadline_ts=d)
+    scope = result.continued(episodes)
+    replies = await coordination.commit(participants, cid, dir, scope, deadline_ts=d)
+    await coordination.resume(participants, cid, deadline_ts=d)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from envckpt.episodes import EnvironmentEpisode
+
+# Prepare order. Environment servers park first, the policy model then cuts
+# generations so waiting agents reach a boundary, resources go last because
+# agents call them until they park. Resume runs it backwards.
+STAGES: tuple[str, ...] = ("environment", "model", "agent", "resources")
+MODES: tuple[str, ...] = ("export_restore", "restart_only", "stateless")
+# Retire and forget: callers before the servers they call.
+RETIRE_ORDER: tuple[tuple[str, ...], ...] = (("environment",), ("agent",), ("model", "resources"))
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One participant server of a deployment, as discovery found it."""
+
+    server_name: str
+    kind: str
+    mode: str = "export_restore"
+
+    def __post_init__(self) -> None:
+        if self.kind not in STAGES:
+            raise ValueError(f"unknown participant kind {self.kind!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown participant mode {self.mode!r}")
+
+    @property
+    def stage(self) -> int:
+        return STAGES.index(self.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Participants:
+    """The participants of one deployment, ordered by stage then server name."""
+
+    members: tuple[Member, ...]
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.members, key=lambda m: (m.stage, m.server_name)))
+        if ordered != self.members:
+            object.__setattr__(self, "members", ordered)
+        names = [member.server_name for member in self.members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate participant server names: {names}")
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(member.server_name for member in self.members)
+
+    def of_kind(self, *kinds: str) -> tuple[Member, ...]:
+        return tuple(member for member in self.members if member.kind in kinds)
+
+    def member(self, server_name: str) -> Member:
+        for member in self.members:
+            if member.server_name == server_name:
+                return member
+        raise KeyError(server_name)
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    """Whether every stage prepared; each contacted server's reply otherwise.
+
+    ``replies`` maps server name to its ``{phase, report}`` reply. Stages after
+    the first unready one were not contacted and have no reply.
+    """
+
+    prepared: bool
+    replies: Mapping[str, Mapping[str, Any]]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "replies", MappingProxyType(dict(self.replies)))
+
+    def blockers(self) -> dict[str, tuple[str, ...]]:
+        """Capture keys each unprepared server still waits for."""
+        return {
+            server: tuple(reply.get("report", {}).get("blockers", ()))
+            for server, reply in sorted(self.replies.items())
+            if reply.get("phase") != "prepared"
+        }
+
+    def restarts(self) -> frozenset[EnvironmentEpisode]:
+        """Episodes some participant cannot capture: one restarting part restarts all."""
+        return frozenset(
+            EnvironmentEpisode.from_capture_key(key)
+            for reply in self.replies.values()
+            for key in (reply.get("report") or {}).get("restarts", ())
+        )
+
+    def continued(self, episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
+        """The commit scope: ``episodes`` minus the restarts."""
+        restarts = self.restarts()
+        return tuple(episode for episode in episodes if episode not in restarts)
+
+
+class GymCoordination(Protocol):
+    """The eight control operations over one Gym deployment (protocol.md 5)."""
+
+    async def discover(self) -> Participants: ...
+
+    async def prepare(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> PrepareResult: ...
+
+    async def renew(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> None: ...
+
+    async def retire(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> None: ...
+
+    async def forget(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        rollout_ids: Iterable[str],
+        *,
+        deadline_ts: float,
+    ) -> None: ...
+
+    async def commit(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        episodes: Iterable[EnvironmentEpisode] | None,
+        *,
+        deadline_ts: float,
+        stop: bool = False,
+    ) -> dict[str, dict[str, Any]]: ...
+
+    async def restore(
+        self,
+        participants: Participants,
+        checkpoint_id: str,
+        checkpoint_dir: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> dict[str, dict[str, Any]]: ...
+
+    async def resume(
+        self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
+    ) -> None: ...

@@ -1,0 +1,1 @@
+"""The trainer-facing facade over N Gym instances."""

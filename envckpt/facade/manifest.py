@@ -1,0 +1,158 @@
+"""``gym_checkpoint.json``: what one rollout snapshot holds, per Gym instance.
+
+Written atomically into the snapshot directory after every instance
+committed; read first at restore. A checksum over the canonical body catches
+a damaged file; schema, kind and every field's type are checked on read.
+
+    write_manifest(directory, manifest)
+    manifest = read_manifest(directory)          # CorruptCheckpoint if bad
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import CorruptCheckpoint
+from envckpt.fsutil import atomic_write_bytes
+from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.gym.summaries import GymCheckpointCommitSummary
+from envckpt.ids import validate_checkpoint_id
+
+MANIFEST_NAME = "gym_checkpoint.json"
+MANIFEST_KIND = "envckpt.gym_checkpoint"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRecord:
+    """One instance's part of a snapshot."""
+
+    episodes: tuple[EnvironmentEpisode, ...]
+    staging_keys: tuple[str, ...]
+    participants: tuple[str, ...]
+    restarts: tuple[EnvironmentEpisode, ...] = ()
+
+    @classmethod
+    def from_summary(
+        cls, summary: GymCheckpointCommitSummary, restarts: tuple[EnvironmentEpisode, ...]
+    ) -> InstanceRecord:
+        exported = set(summary.exported_episodes)
+        # Only rows of episodes actually exported are kept; the rest are orphans.
+        kept = sorted(
+            {
+                key
+                for episode, keys in summary.staging_keys_by_episode.items()
+                if episode in exported
+                for key in keys
+            }
+        )
+        return cls(
+            episodes=tuple(sorted(exported)),
+            staging_keys=tuple(kept),
+            participants=summary.participants,
+            restarts=tuple(sorted(restarts)),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "episodes": [episode.to_wire() for episode in self.episodes],
+            "staging_keys": list(self.staging_keys),
+            "participants": list(self.participants),
+            "restarts": [episode.to_wire() for episode in self.restarts],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GymSnapshotManifest:
+    checkpoint_id: str
+    instances: Mapping[str, InstanceRecord]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": MANIFEST_KIND,
+            "checkpoint_id": self.checkpoint_id,
+            "instances": {iid: rec.to_json() for iid, rec in sorted(self.instances.items())},
+        }
+
+    def continued_attempts(self) -> frozenset[tuple[str, str, int]]:
+        return frozenset(
+            (iid, episode.rollout_id, episode.attempt)
+            for iid, record in self.instances.items()
+            for episode in record.episodes
+        )
+
+    def staging_keys(self) -> frozenset[str]:
+        return frozenset(key for rec in self.instances.values() for key in rec.staging_keys)
+
+
+def _canonical(body: Mapping[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def write_manifest(directory: Path, manifest: GymSnapshotManifest) -> int:
+    """Write ``gym_checkpoint.json`` atomically; return the bytes written."""
+    body = manifest.body()
+    document = dict(body, sha256=hashlib.sha256(_canonical(body)).hexdigest())
+    data = json.dumps(document, sort_keys=True, indent=1).encode()
+    atomic_write_bytes(directory / MANIFEST_NAME, data)
+    return len(data)
+
+
+def read_manifest(directory: Path) -> GymSnapshotManifest:
+    """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise."""
+    path = directory / MANIFEST_NAME
+    try:
+        document = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise CorruptCheckpoint("no Gym snapshot manifest", path=str(path)) from None
+    except (OSError, ValueError) as error:
+        raise CorruptCheckpoint(
+            f"unreadable Gym snapshot manifest: {error}", path=str(path)
+        ) from error
+    try:
+        return _parse(document)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CorruptCheckpoint(
+            f"invalid Gym snapshot manifest: {error}", path=str(path)
+        ) from error
+
+
+def _parse(document: Any) -> GymSnapshotManifest:
+    if not isinstance(document, dict):
+        raise TypeError("manifest is not an object")
+    if document.get("kind") != MANIFEST_KIND:
+        raise ValueError(f"foreign manifest kind {document.get('kind')!r}")
+    if document.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"unsupported schema_version {document.get('schema_version')!r}")
+    body = {key: value for key, value in document.items() if key != "sha256"}
+    if hashlib.sha256(_canonical(body)).hexdigest() != document.get("sha256"):
+        raise ValueError("checksum mismatch")
+    if set(body) != {"schema_version", "kind", "checkpoint_id", "instances"}:
+        raise ValueError(f"unexpected fields {sorted(body)}")
+    instances: dict[str, InstanceRecord] = {}
+    for instance_id, record in body["instances"].items():
+        GymCheckpointInstance.parse(instance_id)
+        if set(record) != {"episodes", "staging_keys", "participants", "restarts"}:
+            raise ValueError(f"instance {instance_id}: unexpected fields {sorted(record)}")
+        instances[instance_id] = InstanceRecord(
+            episodes=tuple(EnvironmentEpisode.from_wire(e) for e in record["episodes"]),
+            staging_keys=tuple(_strings(record["staging_keys"])),
+            participants=tuple(_strings(record["participants"])),
+            restarts=tuple(EnvironmentEpisode.from_wire(e) for e in record["restarts"]),
+        )
+    return GymSnapshotManifest(
+        checkpoint_id=validate_checkpoint_id(body["checkpoint_id"]), instances=instances
+    )
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise TypeError("expected a list of strings")
+    return value

@@ -1,0 +1,84 @@
+"""One rollout snapshot while the backend is paused: what the trainer holds.
+
+Created by ``GymEnvironmentCheckpoint.snapshot`` after every instance
+committed and ``gym_checkpoint.json`` was written. The trainer calls
+``check_against_cut`` under its data-plane cut; the session machine
+(``SNAPSHOT_SESSION``) refuses a second check or a check after the context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envckpt.interfaces import MutationCut
+from envckpt.inventory import RolloutInventory, SnapshotContents
+from envckpt.machines.binding import MachineState, bind
+from envckpt.machines.tables import SNAPSHOT_SESSION
+
+SESSION = bind(SNAPSHOT_SESSION)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotTimings:
+    retire_seconds: float
+    prepare_seconds: float
+    commit_seconds: float
+    manifest_bytes: int
+
+
+class GymEnvironmentSnapshot:
+    """``EnvironmentSnapshot`` for a snapshot of N Gym instances."""
+
+    def __init__(
+        self,
+        *,
+        contents: SnapshotContents,
+        inventory: RolloutInventory,
+        session: MachineState,
+        timings: SnapshotTimings,
+        unowned_live_episodes: int,
+    ) -> None:
+        self.contents = contents
+        self._inventory = inventory
+        self._session = session
+        self.timings = timings
+        self.unowned_live_episodes = unowned_live_episodes
+
+    @property
+    def checkpoint_id(self) -> str:
+        return self.contents.checkpoint_id
+
+    @property
+    def state(self) -> str:
+        return self._session.state
+
+    @property
+    def exported_episodes(self) -> int:
+        return sum(len(episodes) for episodes in self.contents.exported.values())
+
+    @property
+    def restarted_rollouts(self) -> int:
+        return len(
+            {episode for episodes in self.contents.restarts.values() for episode in episodes}
+        )
+
+    async def check_against_cut(self, cut: MutationCut) -> None:
+        """Under the cut, raise unless the captured state matches the trainer's ledger."""
+        SESSION.check(self._session, "check_cut")
+        cut.require_live()
+        await self._inventory.verify_against_cut(cut, self.contents)
+        SESSION.fire(self._session, "check_cut", checkpoint_id=self.checkpoint_id)
+
+    def metrics(self, paused_seconds: float) -> dict[str, float]:
+        return {
+            "env_paused_seconds": float(paused_seconds),
+            "env_retire_seconds": self.timings.retire_seconds,
+            "env_prepare_seconds": self.timings.prepare_seconds,
+            "env_commit_seconds": self.timings.commit_seconds,
+            "env_manifest_bytes": float(self.timings.manifest_bytes),
+            "env_instances": float(len(self.contents.exported)),
+            "env_exported_episodes": float(self.exported_episodes),
+            "env_restarted_rollouts": float(self.restarted_rollouts),
+            "env_unowned_live_episodes": float(self.unowned_live_episodes),
+            "env_staging_keys": float(len(self.contents.all_staging_keys())),
+        }

@@ -1,0 +1,1 @@
+"""The Gym side as the trainer sees it: instances, adapter, in-process deployments."""

@@ -1,0 +1,270 @@
+"""The adapter over one Gym deployment: check the machine, call, then fire.
+
+Every operation first asks the instance lifecycle machine whether its trigger
+is legal (``IllegalTransition``, nothing sent, if not), then awaits the
+coordination call, then fires the transition. A failed call moves the
+instance to the failure state the table defines; a coordination failure is
+re-raised as the picklable ``GymCheckpointUnavailable``.
+
+    adapter = GymCheckpointAdapter(instance=inst, coordination=coordinator)
+    await adapter.discover()
+    result = await adapter.prepare(cid, deadline_ts=d)
+    summary = await adapter.commit(cid, root, result.continued(scope), deadline_ts=d)
+    await adapter.resume(cid, deadline_ts=d)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import structlog
+
+from envckpt.coordination.types import GymCoordination, Participants, PrepareResult
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import (
+    CoordinationError,
+    CorruptCheckpoint,
+    GymCheckpointUnavailable,
+    IncompatibleCheckpoint,
+    ProtocolViolation,
+    UnsupportedDeployment,
+)
+from envckpt.gym import replies
+from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.gym.summaries import GymCheckpointCommitSummary
+from envckpt.machines.binding import MachineState, bind
+from envckpt.machines.tables import INSTANCE_LIFECYCLE
+
+_LIFECYCLE = bind(INSTANCE_LIFECYCLE)
+
+
+class GymCheckpointAdapter:
+    """Checkpoint operations for exactly one Gym deployment."""
+
+    def __init__(self, *, instance: GymCheckpointInstance, coordination: GymCoordination) -> None:
+        self._instance = instance
+        self._coordination = coordination
+        self._participants: Participants | None = None
+        self._machine: MachineState = _LIFECYCLE.new(instance.instance_id)
+
+    @property
+    def instance(self) -> GymCheckpointInstance:
+        return self._instance
+
+    @property
+    def state(self) -> str:
+        return self._machine.state
+
+    @property
+    def participants(self) -> Participants:
+        if self._participants is None:
+            raise GymCheckpointUnavailable(
+                f"Gym instance {self._instance.instance_id!r} has not discovered its deployment",
+                operation="discover",
+            )
+        return self._participants
+
+    @contextlib.contextmanager
+    def _unavailable(self, operation: str) -> Iterator[None]:
+        try:
+            yield
+        except CoordinationError as error:
+            texts = list(error.failures.values())
+            if texts and all(t.startswith("invalid_checkpoint_state") for t in texts):
+                # Every failing participant found its saved state unusable:
+                # retrying cannot help, the caller must pick another checkpoint.
+                raise CorruptCheckpoint(
+                    f"{self._instance.instance_id}: {error}", path=operation
+                ) from error
+            raise GymCheckpointUnavailable(
+                f"{self._instance.instance_id}: {error}",
+                operation=operation,
+                failures=error.failures,
+            ) from error
+
+    def _fire(self, trigger: str, checkpoint_id: str | None) -> None:
+        _LIFECYCLE.fire(self._machine, trigger, checkpoint_id=checkpoint_id)
+
+    def _fail(self, trigger: str, checkpoint_id: str) -> None:
+        if _LIFECYCLE.can_fire(self._machine, trigger):
+            self._fire(trigger, checkpoint_id)
+
+    async def discover(self) -> None:
+        """Find the deployment's participants; a second call is a no-op."""
+        if self.state != "undiscovered":
+            return
+        _LIFECYCLE.check(self._machine, "discover")
+        with self._unavailable("discover"):
+            participants = await self._coordination.discover()
+        environment = sorted(m.server_name for m in participants.of_kind("environment"))
+        if environment:
+            # Their rows go through the legacy relay, not a participant, so a
+            # commit would misattribute episodes they own.
+            raise UnsupportedDeployment(
+                f"turn-level recovery does not support environment-server participants: "
+                f"{environment!r}; route them through a legacy agent relay"
+            )
+        self._participants = participants
+        self._fire("discover", None)
+
+    async def restart_only_servers(self) -> list[str]:
+        """Participants whose rollouts start over after a crash (mode restart_only)."""
+        return sorted(m.server_name for m in self.participants.members if m.mode == "restart_only")
+
+    async def prepare(self, checkpoint_id: str, *, deadline_ts: float) -> PrepareResult:
+        _LIFECYCLE.check(self._machine, "prepare")
+        try:
+            with self._unavailable("prepare"):
+                result = await self._coordination.prepare(
+                    self.participants, checkpoint_id, deadline_ts=deadline_ts
+                )
+        except GymCheckpointUnavailable:
+            self._fail("fail", checkpoint_id)
+            raise
+        self._fire("prepare" if result.prepared else "prepare_blocked", checkpoint_id)
+        return result
+
+    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> None:
+        # A failed renew is not itself fatal (the lease may still hold) and it
+        # runs beside commit, so it never moves the machine to failed; a lost
+        # lease shows up as a failed commit.
+        _LIFECYCLE.check(self._machine, "renew")
+        with self._unavailable("renew"):
+            await self._coordination.renew(
+                self.participants, checkpoint_id, deadline_ts=deadline_ts
+            )
+        self._fire("renew", checkpoint_id)
+
+    async def retire(
+        self,
+        checkpoint_id: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> None:
+        scope = tuple(episodes)
+        _LIFECYCLE.check(self._machine, "retire")
+        with self._unavailable("retire"):
+            await self._coordination.retire(
+                self.participants, checkpoint_id, scope, deadline_ts=deadline_ts
+            )
+        self._fire("retire", checkpoint_id)
+
+    async def forget(
+        self, checkpoint_id: str, rollout_ids: Iterable[str], *, deadline_ts: float
+    ) -> None:
+        ids = tuple(rollout_ids)
+        _LIFECYCLE.check(self._machine, "forget")
+        with self._unavailable("forget"):
+            await self._coordination.forget(
+                self.participants, checkpoint_id, ids, deadline_ts=deadline_ts
+            )
+        self._fire("forget", checkpoint_id)
+
+    async def commit(
+        self,
+        checkpoint_id: str,
+        checkpoint_root: str | Path,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+    ) -> GymCheckpointCommitSummary:
+        scope = tuple(episodes)
+        _LIFECYCLE.check(self._machine, "commit")
+        checkpoint_dir = self._instance.checkpoint_dir(checkpoint_root)
+        try:
+            with self._unavailable("commit"):
+                raw = await self._coordination.commit(
+                    self.participants,
+                    checkpoint_id,
+                    str(checkpoint_dir),
+                    scope,
+                    deadline_ts=deadline_ts,
+                )
+            summary = replies.commit_summary(self.participants, scope, raw)
+        except (GymCheckpointUnavailable, ProtocolViolation):
+            self._fail("fail", checkpoint_id)
+            raise
+        self._fire("commit", checkpoint_id)
+        return summary
+
+    async def restore(
+        self,
+        checkpoint_id: str,
+        checkpoint_root: str | Path,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        participants: Iterable[str],
+        source_checkpoint_id: str,
+        deadline_ts: float,
+    ) -> None:
+        """Restore ``episodes`` (saved attempts) as their next attempts.
+
+        ``participants`` are the servers that committed the checkpoint; each
+        must be live here, or its state would be silently dropped.
+        """
+        scope = tuple(episodes)
+        _LIFECYCLE.check(self._machine, "restore")
+        missing = sorted(set(participants) - self.participants.names)
+        if missing:
+            raise IncompatibleCheckpoint(
+                f"Gym instance {self._instance.instance_id!r} lacks participants the "
+                f"checkpoint saved state for: {missing!r}"
+            )
+        try:
+            with self._unavailable("restore"):
+                raw = await self._coordination.restore(
+                    self.participants,
+                    checkpoint_id,
+                    str(self._instance.checkpoint_dir(checkpoint_root)),
+                    scope,
+                    deadline_ts=deadline_ts,
+                )
+            replies.check_restore_replies(
+                self.participants, scope, raw, source_checkpoint_id=source_checkpoint_id
+            )
+        except (GymCheckpointUnavailable, ProtocolViolation, CorruptCheckpoint):
+            self._fire("fail_restore", checkpoint_id)
+            raise
+        self._fire("restore", checkpoint_id)
+
+    async def abandon_restore(
+        self, checkpoint_id: str, episodes: Iterable[EnvironmentEpisode], *, deadline_ts: float
+    ) -> None:
+        """Drop what a restore installed: retire the next attempts, then resume.
+
+        Legal after a restore (kept or failed). Keeps going past a failed
+        retire so that resume still runs; raises the first failure after.
+        """
+        scope = tuple(episodes)
+        if self.state == "restored":
+            # Remember the decision before any I/O: the restore is void now.
+            self._fire("abandon_restore", checkpoint_id)
+        _LIFECYCLE.check(self._machine, "retire")
+        first_error: GymCheckpointUnavailable | None = None
+        try:
+            await self.retire(
+                checkpoint_id, [e.next_attempt() for e in scope], deadline_ts=deadline_ts
+            )
+        except GymCheckpointUnavailable as error:
+            structlog.get_logger("envckpt.adapter").warning(
+                "abandon restore: retire failed",
+                instance_id=self._instance.instance_id,
+                failures=error.failures,
+            )
+            first_error = error
+        await self.resume(checkpoint_id, deadline_ts=deadline_ts)
+        if first_error is not None:
+            raise first_error
+
+    async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
+        """Reopen every participant (also aborts). On failure the state stays, so
+        resume can be retried; an unreachable participant resumes at lease expiry."""
+        _LIFECYCLE.check(self._machine, "resume")
+        with self._unavailable("resume"):
+            await self._coordination.resume(
+                self.participants, checkpoint_id, deadline_ts=deadline_ts
+            )
+        self._fire("resume", checkpoint_id)

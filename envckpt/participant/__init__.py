@@ -1,0 +1,1 @@
+"""Participant side of the control protocol: phases, admission, state hooks, store."""

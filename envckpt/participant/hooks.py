@@ -1,0 +1,95 @@
+"""What a participant kind plugs into the participant core.
+
+The core (``core.py``) owns the protocol: phases, admission, leases, fencing,
+replays, retire marks. A kind owns only its state, through these hooks:
+
+    live_episodes()          what it holds state for (restart_only reports these)
+    close_admission()        e.g. the model cuts generations; may raise
+    open_admission()
+    export(scope)            (episode, JSON state) for each held episode in scope
+    commit_extras(exported)  kind-specific reply fields (run_episode_ids, staging keys)
+    validate(episode, state) parse one saved state; raise ValueError if invalid
+    install(restored)        install validated states as the next attempts
+    retire(episodes)         free the state of these attempts
+    forget(rollout_ids)      drop per-rollout bookkeeping
+    release_exported()       commit with stop=True: free what exports hold outside
+
+The core never calls a hook while a transition is half-done: it does the
+hook's I/O first, then fires the phase machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from envckpt.episodes import EnvironmentEpisode
+
+
+class StateHooks(Protocol):
+    """The kind-specific state of one participant."""
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]: ...
+
+    async def close_admission(self) -> None: ...
+
+    async def open_admission(self) -> None: ...
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]: ...
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]: ...
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object: ...
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None: ...
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None: ...
+
+    def forget(self, rollout_ids: Iterable[str]) -> None: ...
+
+    def release_exported(self) -> None: ...
+
+
+class NoState:
+    """Hooks of a participant that holds nothing (stateless or restart_only kinds).
+
+    ``live`` may be filled by the server to report which episodes it touches,
+    so a restart_only participant can name its restarts.
+    """
+
+    def __init__(self) -> None:
+        self.live: set[EnvironmentEpisode] = set()
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+        return frozenset(self.live)
+
+    async def close_admission(self) -> None:
+        return None
+
+    async def open_admission(self) -> None:
+        return None
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
+        return iter(())
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        return {}
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
+        raise ValueError("this participant saves no state, so it has none to restore")
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
+        return None
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        self.live.difference_update(episodes)
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        return None
+
+    def release_exported(self) -> None:
+        return None

@@ -1,0 +1,1 @@
+"""Trainer-side recovery pieces: data-plane barrier and cut, recovery ledger, SQLite data plane."""

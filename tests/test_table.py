@@ -1,0 +1,140 @@
+"""MachineTable: declaration checks and the queries everything else reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from envckpt.machines.table import SAME, MachineTable, Row
+
+STATES = ("a", "b", "c")
+
+
+def table(*rows: Row, states: tuple[str, ...] = STATES, initial: str = "a") -> MachineTable:
+    return MachineTable(name="t", title="T", states=states, initial=initial, rows=rows)
+
+
+@pytest.fixture
+def small() -> MachineTable:
+    return MachineTable(
+        name="small",
+        title="Small",
+        states=STATES,
+        initial="a",
+        rows=(
+            Row("go", ("a",), "b", "first step"),
+            Row("stay", ("b", "a"), SAME),
+            Row("go", ("b",), "c"),
+            Row("back", ("c", "b"), "a"),
+        ),
+        state_notes=(("c", "last"),),
+    )
+
+
+def test_row_needs_a_trigger() -> None:
+    """A row with an empty trigger is rejected."""
+    with pytest.raises(ValueError, match="trigger"):
+        Row("", ("a",), "b")
+
+
+def test_row_needs_a_source() -> None:
+    """A row with no source state is rejected."""
+    with pytest.raises(ValueError, match="source"):
+        Row("go", (), "b")
+
+
+def test_unknown_initial_state_is_rejected() -> None:
+    """The initial state must be one of the states."""
+    with pytest.raises(ValueError, match="initial state 'z'"):
+        table(Row("go", ("a",), "b"), initial="z")
+
+
+def test_unknown_source_state_is_rejected() -> None:
+    """A row from a state the table does not declare is rejected."""
+    with pytest.raises(ValueError, match="unknown source 'z'"):
+        table(Row("go", ("z",), "b"))
+
+
+def test_unknown_destination_is_rejected() -> None:
+    """A row into a state the table does not declare is rejected."""
+    with pytest.raises(ValueError, match="unknown destination 'z'"):
+        table(Row("go", ("a",), "z"))
+
+
+def test_duplicate_source_and_trigger_across_rows_is_rejected() -> None:
+    """Two rows may not both handle one (state, trigger) pair: there are no guards."""
+    with pytest.raises(ValueError, match="'go' twice from 'a'"):
+        table(Row("go", ("a",), "b"), Row("go", ("c", "a"), "c"))
+
+
+def test_duplicate_source_within_one_row_is_rejected() -> None:
+    """A row listing the same source twice is rejected."""
+    with pytest.raises(ValueError, match="'go' twice from 'a'"):
+        table(Row("go", ("a", "a"), "b"))
+
+
+def test_same_destination_is_accepted() -> None:
+    """SAME is a valid destination although it is not a state."""
+    assert table(Row("stay", ("a",), SAME)).rows[0].dest == SAME
+
+
+def test_destination_follows_rows(small: MachineTable) -> None:
+    """destination() returns the row's destination for a legal pair."""
+    assert small.destination("a", "go") == "b"
+    assert small.destination("b", "go") == "c"
+    assert small.destination("c", "back") == "a"
+
+
+def test_destination_resolves_same_to_the_source(small: MachineTable) -> None:
+    """A SAME row keeps the machine where it is."""
+    assert small.destination("a", "stay") == "a"
+    assert small.destination("b", "stay") == "b"
+
+
+def test_destination_is_none_when_illegal(small: MachineTable) -> None:
+    """An illegal pair, an unknown trigger or an unknown state has no destination."""
+    assert small.destination("c", "go") is None
+    assert small.destination("a", "fly") is None
+    assert small.destination("z", "go") is None
+
+
+def test_triggers_are_unique_in_declaration_order(small: MachineTable) -> None:
+    """triggers lists each trigger once, in the order first declared."""
+    assert small.triggers == ("go", "stay", "back")
+
+
+def test_allowed_lists_legal_triggers_in_declaration_order(small: MachineTable) -> None:
+    """allowed() is every trigger with a destination from the state."""
+    assert small.allowed("a") == ("go", "stay")
+    assert small.allowed("b") == ("go", "stay", "back")
+    assert small.allowed("c") == ("back",)
+    assert small.allowed("z") == ()
+
+
+def test_edges_are_sorted_with_same_resolved(small: MachineTable) -> None:
+    """edges() yields every (source, trigger, dest) once, sorted, SAME resolved."""
+    assert list(small.edges()) == [
+        ("a", "go", "b"),
+        ("a", "stay", "a"),
+        ("b", "back", "a"),
+        ("b", "go", "c"),
+        ("b", "stay", "b"),
+        ("c", "back", "a"),
+    ]
+
+
+def test_edges_agree_with_destination(small: MachineTable) -> None:
+    """Every edge is exactly what destination() answers for its pair."""
+    for source, trigger, dest in small.edges():
+        assert small.destination(source, trigger) == dest
+
+
+def test_note_returns_the_state_note_or_empty(small: MachineTable) -> None:
+    """note() returns a declared note and an empty string otherwise."""
+    assert small.note("c") == "last"
+    assert small.note("a") == ""
+
+
+def test_table_is_frozen(small: MachineTable) -> None:
+    """A table cannot be changed after it is declared."""
+    with pytest.raises(AttributeError):
+        small.initial = "b"  # type: ignore[misc]
