@@ -48,37 +48,55 @@ class SystemClock:
 
 
 class FakeClock:
-    """A clock that only moves when told to, or when someone sleeps on it.
+    """A clock that only moves when told to.
 
-    ``sleep`` advances time by the requested amount at once (and yields to the
-    event loop), so code that polls until a deadline finishes instantly.
+    ``sleep`` parks the caller until ``advance`` (or a deadline jump) moves
+    time past its wake-up time, so a background loop sleeping on the clock
+    never drags time forward for everyone else. ``wait_for_event`` gives the
+    other tasks a few loop turns to set the event and otherwise jumps straight
+    to the deadline, so code that waits on a deadline finishes at once.
     """
 
     def __init__(self, start: float = 1_800_000_000.0, *, settle_rounds: int = 20) -> None:
         self._now = start
         self.settle_rounds = settle_rounds
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
     def now(self) -> float:
         return self._now
 
     def advance(self, seconds: float) -> None:
-        self._now += max(0.0, seconds)
+        self._jump(self._now + max(0.0, seconds))
+
+    def _jump(self, to: float) -> None:
+        self._now = max(self._now, to)
+        due = [(when, f) for when, f in self._sleepers if when <= self._now]
+        self._sleepers = [(when, f) for when, f in self._sleepers if when > self._now]
+        for _, future in due:
+            if not future.done():
+                future.set_result(None)
 
     async def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-        await asyncio.sleep(0)
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((self._now + seconds, future))
+        try:
+            await future
+        finally:
+            self._sleepers = [(when, f) for when, f in self._sleepers if f is not future]
 
     async def wait_for_event(self, event: asyncio.Event, deadline_ts: float) -> bool:
-        # Give every runnable task a few turns to set the event; if none does,
-        # nothing will before the deadline in a world where time only moves
-        # when asked, so jump to the deadline.
         for _ in range(self.settle_rounds):
             if event.is_set():
                 return True
             await asyncio.sleep(0)
         if event.is_set():
             return True
-        self._now = max(self._now, deadline_ts)
+        # Nobody set it in a world where time only moves when asked: the
+        # deadline is the next thing that can happen.
+        self._jump(deadline_ts)
         return False
 
 

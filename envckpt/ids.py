@@ -8,6 +8,7 @@ Nothing in this module does I/O.
 from __future__ import annotations
 
 import re
+import secrets
 
 # One safe path component: no separators, no leading dot or dash.
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -56,3 +57,14 @@ def validate_path_component(name: object, *, what: str) -> str:
     if "/" in name or "\\" in name or "\x00" in name:
         raise ValueError(f"{what} must be one safe path component, got {name!r}")
     return name
+
+
+def mint_checkpoint_id(hint: str) -> str:
+    """A fresh checkpoint id: a readable hint plus a random suffix.
+
+    Participants refuse ids they have finished, so a coordinator never reuses
+    one; the random suffix makes that true across restarts too.
+    """
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", hint).lstrip("._-") or "ckpt"
+    suffix = secrets.token_hex(6)
+    return f"{stem[: MAX_CHECKPOINT_ID_LENGTH - len(suffix) - 1]}-{suffix}"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, ProtocolViolation
@@ -514,7 +514,7 @@ def test_errors_survive_pickle(error: Exception) -> None:
 
 # ---- property test: random operation sequences against a reference model ------------
 
-ROLLOUTS = ("r0", "r1", "r2", "r3")
+ROLLOUTS = ("r0", "r1", "r2", "r3", "r4", "r5")
 INSTANCES = ("i0", "i1", "i2")
 KEYS = ("k0", "k1", "k2", "k3", "k4")
 
@@ -541,6 +541,7 @@ ALLOWED = {
     "mint_next_attempt": {"dispatched", "failed"},
     "restart_from_task": {"abandoned"},
 }
+ACTIONS = tuple(sorted(ALLOWED))
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -557,66 +558,92 @@ class LedgerMachine(RuleBasedStateMachine):
         if ref.on_instance:
             self.dropped.add((ref.instance, rollout_id, ref.attempt))
 
-    def _expect(self, legal: bool, call: Callable[[], object]) -> bool:
-        before = self.ledger.to_bytes()
-        if legal:
-            call()
-            return True
-        with pytest.raises(LedgerError):
-            call()
-        assert self.ledger.to_bytes() == before
-        return False
-
-    @rule(rollout_id=st.sampled_from(ROLLOUTS), instance=st.sampled_from(INSTANCES))
-    def reserve(self, rollout_id: str, instance: str) -> None:
-        legal = rollout_id not in self.refs
-        if self._expect(legal, lambda: self.ledger.reserve(cut(), rollout_id, instance)):
-            self.refs[rollout_id] = Ref(0, instance, "reserved")
-
-    def _legal(self, action: str, rollout_id: str) -> bool:
+    def _apply(self, action: str, rollout_id: str, data: st.DataObject) -> None:
+        """Call ``action`` on both; an illegal call must raise and change nothing."""
         ref = self.refs.get(rollout_id)
-        return ref is not None and ref.status in ALLOWED[action]
-
-    @rule(rollout_id=st.sampled_from(ROLLOUTS))
-    def dispatch(self, rollout_id: str) -> None:
-        legal = self._legal("dispatch", rollout_id)
-        if self._expect(legal, lambda: self.ledger.dispatch(cut(), rollout_id)):
-            ref = self.refs[rollout_id]
+        legal = ref is not None and ref.status in ALLOWED[action]
+        keys = data.draw(st.sets(st.sampled_from(KEYS), max_size=2))
+        instance = data.draw(st.none() | st.sampled_from(INSTANCES))
+        calls: dict[str, Callable[[], object]] = {
+            "dispatch": lambda: self.ledger.dispatch(cut(), rollout_id),
+            "add_staging_keys": lambda: self.ledger.add_staging_keys(cut(), rollout_id, keys),
+            "seal": lambda: self.ledger.seal(cut(), rollout_id),
+            "fail": lambda: self.ledger.fail(cut(), rollout_id),
+            "abandon": lambda: self.ledger.abandon(cut(), rollout_id),
+            "mint_next_attempt": lambda: self.ledger.mint_next_attempt(
+                cut(), rollout_id, instance_id=instance
+            ),
+            "restart_from_task": lambda: self.ledger.restart_from_task(
+                cut(), rollout_id, instance_id=instance
+            ),
+        }
+        if not legal:
+            before = self.ledger.to_bytes()
+            with pytest.raises(LedgerError):
+                calls[action]()
+            assert self.ledger.to_bytes() == before
+            return
+        assert ref is not None
+        calls[action]()
+        if action == "dispatch":
             ref.status, ref.restored = "dispatched", False
-
-    @rule(rollout_id=st.sampled_from(ROLLOUTS), keys=st.sets(st.sampled_from(KEYS), max_size=2))
-    def add_staging_keys(self, rollout_id: str, keys: set[str]) -> None:
-        legal = self._legal("add_staging_keys", rollout_id)
-        if self._expect(legal, lambda: self.ledger.add_staging_keys(cut(), rollout_id, keys)):
-            self.refs[rollout_id].keys |= keys
-
-    @rule(rollout_id=st.sampled_from(ROLLOUTS))
-    def seal(self, rollout_id: str) -> None:
-        if self._expect(self._legal("seal", rollout_id), lambda: self.ledger.seal(cut(), rollout_id)):
-            self.refs[rollout_id].status = "sealed"
-
-    @rule(rollout_id=st.sampled_from(ROLLOUTS), abandon=st.booleans())
-    def give_up(self, rollout_id: str, abandon: bool) -> None:
-        action = "abandon" if abandon else "fail"
-        method = self.ledger.abandon if abandon else self.ledger.fail
-        if self._expect(self._legal(action, rollout_id), lambda: method(cut(), rollout_id)):
+        elif action == "add_staging_keys":
+            ref.keys |= keys
+        elif action == "seal":
+            ref.status = "sealed"
+        elif action in {"fail", "abandon"}:
             self._drop(rollout_id)
-            ref = self.refs[rollout_id]
-            ref.status, ref.restored = ("abandoned" if abandon else "failed"), False
+            ref.status = "failed" if action == "fail" else "abandoned"
+            ref.restored = False
+        else:
+            self._drop(rollout_id)
+            self.refs[rollout_id] = Ref(ref.attempt + 1, instance or ref.instance, "reserved")
+
+    def _reserve(self, rollout_id: str, instance: str) -> None:
+        if rollout_id in self.refs:
+            before = self.ledger.to_bytes()
+            with pytest.raises(LedgerError):
+                self.ledger.reserve(cut(), rollout_id, instance)
+            assert self.ledger.to_bytes() == before
+            return
+        self.ledger.reserve(cut(), rollout_id, instance)
+        self.refs[rollout_id] = Ref(0, instance, "reserved")
+
+    @initialize(data=st.data())
+    def populate(self, data: st.DataObject) -> None:
+        for rollout_id in data.draw(st.sets(st.sampled_from(ROLLOUTS), min_size=2)):
+            self._reserve(rollout_id, data.draw(st.sampled_from(INSTANCES)))
+            if data.draw(st.booleans()):
+                self._apply("dispatch", rollout_id, data)
+
+    @rule(action=st.sampled_from((*ACTIONS, "reserve")), data=st.data())
+    def legal_call(self, action: str, data: st.DataObject) -> None:
+        if action == "reserve":
+            free = [r for r in ROLLOUTS if r not in self.refs]
+            if free:
+                self._reserve(
+                    data.draw(st.sampled_from(free)), data.draw(st.sampled_from(INSTANCES))
+                )
+            return
+        candidates = sorted(r for r, ref in self.refs.items() if ref.status in ALLOWED[action])
+        if candidates:
+            self._apply(action, data.draw(st.sampled_from(candidates)), data)
 
     @rule(
+        action=st.sampled_from((*ACTIONS, "reserve", "expired cut")),
         rollout_id=st.sampled_from(ROLLOUTS),
-        instance=st.none() | st.sampled_from(INSTANCES),
-        from_task=st.booleans(),
+        data=st.data(),
     )
-    def next_attempt(self, rollout_id: str, instance: str | None, from_task: bool) -> None:
-        action = "restart_from_task" if from_task else "mint_next_attempt"
-        method = self.ledger.restart_from_task if from_task else self.ledger.mint_next_attempt
-        legal = self._legal(action, rollout_id)
-        if self._expect(legal, lambda: method(cut(), rollout_id, instance_id=instance)):
-            self._drop(rollout_id)
-            old = self.refs[rollout_id]
-            self.refs[rollout_id] = Ref(old.attempt + 1, instance or old.instance, "reserved")
+    def any_call(self, action: str, rollout_id: str, data: st.DataObject) -> None:
+        if action == "reserve":
+            self._reserve(rollout_id, data.draw(st.sampled_from(INSTANCES)))
+        elif action == "expired cut":
+            before = self.ledger.to_bytes()
+            with pytest.raises(CutExpired):
+                self.ledger.dispatch(dead_cut(), rollout_id)
+            assert self.ledger.to_bytes() == before
+        else:
+            self._apply(action, rollout_id, data)
 
     @rule(instance=st.sampled_from(INSTANCES), data=st.data())
     def retire(self, instance: str, data: st.DataObject) -> None:
@@ -657,19 +684,23 @@ class LedgerMachine(RuleBasedStateMachine):
         plan = self.ledger.prepare_for_restart(
             cut(), RestoredEnvironmentRollouts(frozenset(triples), frozenset(restored_keys))
         )
+        abandoned: set[str] = set()
         for rollout_id, ref in self.refs.items():
             if rollout_id in chosen:
                 ref.attempt, ref.status, ref.restored = ref.attempt + 1, "reserved", True
             elif ref.status in {"reserved", "dispatched", "failed"}:
                 self._drop(rollout_id)
                 ref.status, ref.restored = "abandoned", False
+                abandoned.add(rollout_id)
         assert {entry.rollout_id for entry in plan.continued} == chosen
+        assert {entry.rollout_id for entry in plan.abandoned} == abandoned
         keep = set(restored_keys)
         for ref in self.refs.values():
             if ref.status in {"reserved", "dispatched", "sealed"}:
                 keep |= ref.keys
+        known = {key for ref in self.refs.values() for key in ref.keys}
         assert plan.keep_staging_keys == keep
-        assert not plan.keep_staging_keys & plan.clear_staging_keys
+        assert plan.clear_staging_keys == known - keep
         order = self.ledger.redispatch_order()
         restored_first = [entry.restored for entry in order]
         assert restored_first == sorted(restored_first, reverse=True)
@@ -713,7 +744,5 @@ class LedgerMachine(RuleBasedStateMachine):
                     assert episode.attempt <= self.ledger.entry(episode.rollout_id).attempt
 
 
-LedgerMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None
-)
+LedgerMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
 TestLedgerMachine = LedgerMachine.TestCase

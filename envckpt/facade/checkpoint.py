@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +52,7 @@ from envckpt.facade.manifest import (
 )
 from envckpt.facade.snapshot import SESSION, GymEnvironmentSnapshot, SnapshotTimings
 from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
-from envckpt.ids import MAX_CHECKPOINT_ID_LENGTH
+from envckpt.ids import mint_checkpoint_id
 from envckpt.interfaces import RestoredEnvironmentRollouts
 from envckpt.inventory import RolloutInventory, SnapshotContents
 from envckpt.machines.binding import MachineState
@@ -75,13 +73,6 @@ class CheckpointTimeouts:
     restore_seconds: float = 600.0
     renew_interval_seconds: float = 60.0
     resume_attempts: int = 3
-
-
-def mint_checkpoint_id(hint: str) -> str:
-    """A fresh protocol id: a readable hint plus a random suffix (never reused)."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", hint).lstrip("._-") or "ckpt"
-    suffix = secrets.token_hex(6)
-    return f"{stem[: MAX_CHECKPOINT_ID_LENGTH - len(suffix) - 1]}-{suffix}"
 
 
 def _aggregate(operation: str, errors: Mapping[str, BaseException]) -> BaseException:

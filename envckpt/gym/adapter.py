@@ -34,6 +34,7 @@ from envckpt.errors import (
 from envckpt.gym import replies
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.gym.summaries import GymCheckpointCommitSummary
+from envckpt.ids import mint_checkpoint_id
 from envckpt.machines.binding import MachineState, bind
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
@@ -244,10 +245,19 @@ class GymCheckpointAdapter:
             self._fire("abandon_restore", checkpoint_id)
         _LIFECYCLE.check(self._machine, "retire")
         first_error: GymCheckpointUnavailable | None = None
+        replacements = [e.next_attempt() for e in scope]
         try:
-            await self.retire(
-                checkpoint_id, [e.next_attempt() for e in scope], deadline_ts=deadline_ts
-            )
+            try:
+                await self.retire(checkpoint_id, replacements, deadline_ts=deadline_ts)
+            except GymCheckpointUnavailable as error:
+                if not _all_stale(error):
+                    raise
+                # The coordinator's own all-or-nothing cleanup already resumed
+                # (and so fenced) this id; retire again under a fresh one, in
+                # case its retire was the step that failed.
+                await self.retire(
+                    mint_checkpoint_id("cleanup"), replacements, deadline_ts=deadline_ts
+                )
         except GymCheckpointUnavailable as error:
             structlog.get_logger("envckpt.adapter").warning(
                 "abandon restore: retire failed",
@@ -268,3 +278,8 @@ class GymCheckpointAdapter:
                 self.participants, checkpoint_id, deadline_ts=deadline_ts
             )
         self._fire("resume", checkpoint_id)
+
+
+def _all_stale(error: GymCheckpointUnavailable) -> bool:
+    texts = list(error.failures.values())
+    return bool(texts) and all(text.startswith("stale_checkpoint") for text in texts)

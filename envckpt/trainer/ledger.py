@@ -598,6 +598,7 @@ class RecoveryLedger:
         return entry
 
     def _next_attempt(self, entry: LedgerEntry, instance_id: str | None) -> LedgerEntry:
+        self._drop(entry)
         new = LedgerEntry(
             entry.rollout_id,
             entry.attempt + 1,

@@ -1,4 +1,4 @@
-"""Parsing of data-plane request bodies, shared by the participant kinds.
+"""What the participant kinds share: request parsing, state checks, key schemes.
 
 Every kind's handler takes a JSON object and refuses a malformed one with the
 protocol's codes before touching any state: ``rollout_id_required`` when the
@@ -50,12 +50,15 @@ def episode_of(request: Mapping[str, Any]) -> EnvironmentEpisode:
 
 
 def turn_of(request: Mapping[str, Any]) -> int:
-    return checked_turn(request["turn"], invalid)
+    try:
+        return checked_turn(request["turn"])
+    except ValueError as error:
+        raise invalid(str(error)) from None
 
 
-def checked_turn(value: object, error: Any = ValueError) -> int:
+def checked_turn(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < MAX_TURNS:
-        raise error(f"turn must be an integer in [0, {MAX_TURNS}), got {value!r}")
+        raise ValueError(f"turn must be an integer in [0, {MAX_TURNS}), got {value!r}")
     return value
 
 
@@ -102,3 +105,8 @@ def require_keys(value: object, keys: Iterable[str], what: str) -> Mapping[str, 
         got = sorted(value) if isinstance(value, Mapping) else type(value).__name__
         raise ValueError(f"{what} must have exactly the keys {sorted(expected)}, got {got}")
     return value
+
+
+def retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
+    """Retiring an attempt also retires every earlier attempt of the rollout."""
+    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)

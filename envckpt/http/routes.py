@@ -1,0 +1,169 @@
+"""The participant's control routes on a FastAPI app.
+
+Every route reads its raw body itself instead of letting FastAPI parse a
+model, so every failure, a malformed body included, is answered with the
+protocol's error envelope; ``dispatch.handle`` does authentication,
+validation and the call, exactly as for the in-process transport::
+
+    core = ParticipantCore(server_name="policy", kind="model", hooks=hooks)
+    mount_participant(app, core, token=token)   # any FastAPI app, a nemo-gym server's too
+    # GET  /ng-control/v1/checkpoint/status
+    # POST /ng-control/v1/checkpoint/{prepare,renew,commit,restore,resume,retire,forget}
+
+The bearer token is checked before the body is read (an unauthenticated
+client cannot make the server buffer a large body) and is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, NoReturn
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
+
+from envckpt.coordination.transport import CHECKPOINT_ROUTE_PREFIX, ROUTES
+from envckpt.errors import ParticipantError
+from envckpt.participant import dispatch
+from envckpt.participant.core import ParticipantCore
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+# How often a mounted participant checks its lease when no call arrives.
+DEFAULT_LEASE_CHECK_SECONDS = 1.0
+
+
+class _BadBody(Exception):
+    """The request body is not one JSON value of acceptable size."""
+
+
+def _reject_constant(name: str) -> NoReturn:
+    # Python's json accepts NaN and Infinity; JSON does not.
+    raise _BadBody(f"{name} is not valid JSON")
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise _BadBody("malformed Content-Length") from None
+        if size > max_bytes:
+            raise _BadBody(f"body of {size} bytes exceeds the limit of {max_bytes} bytes")
+    chunks: list[bytes] = []
+    received = 0
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > max_bytes:
+                raise _BadBody(f"body exceeds the limit of {max_bytes} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise _BadBody("the client disconnected while sending the body") from None
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> Any:
+    if not raw.strip():
+        raise _BadBody("the body is empty; send a JSON object")
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except _BadBody:
+        raise
+    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
+        raise _BadBody(f"the body is not valid JSON: {error}") from None
+
+
+def _envelope(error: ParticipantError) -> JSONResponse:
+    return JSONResponse(status_code=error.status, content=error.to_wire())
+
+
+Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
+
+
+def _endpoint(core: ParticipantCore, route: str, token: str, max_body_bytes: int) -> Endpoint:
+    async def endpoint(request: Request) -> JSONResponse:
+        authorization = request.headers.get("authorization")
+        if not dispatch.authorized(authorization, token):
+            return _envelope(ParticipantError("unauthorized", "missing or wrong bearer token"))
+        body: Any = None
+        # status takes no body; a wrong method is refused by dispatch with the envelope.
+        if request.method == "POST" and route != "status":
+            try:
+                body = _parse_json(await _read_body(request, max_body_bytes))
+            except _BadBody as error:
+                return _envelope(ParticipantError("invalid_request", str(error)))
+        status, reply = await dispatch.handle(
+            core, request.method, route, body, authorization=authorization, token=token
+        )
+        return JSONResponse(status_code=status, content=reply)
+
+    endpoint.__name__ = f"checkpoint_{route}"
+    return endpoint
+
+
+def control_router(
+    core: ParticipantCore, *, token: str, max_body_bytes: int = MAX_BODY_BYTES
+) -> APIRouter:
+    """The eight control routes of ``core`` under ``CHECKPOINT_ROUTE_PREFIX``.
+
+    Raises ``ValueError`` for an empty token: a participant never serves its
+    control routes unauthenticated.
+    """
+    token = dispatch.check_token(token)
+    if max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be positive")
+    router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
+    for route in ROUTES:
+        # Both methods reach the endpoint, so a wrong one gets the envelope
+        # (invalid_request) rather than FastAPI's bare 405.
+        router.add_api_route(
+            f"/{route}",
+            _endpoint(core, route, token, max_body_bytes),
+            methods=["GET", "POST"],
+            response_class=JSONResponse,
+            include_in_schema=False,
+        )
+    return router
+
+
+def mount_participant(
+    app: FastAPI,
+    core: ParticipantCore,
+    *,
+    token: str,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    lease_check_seconds: float | None = DEFAULT_LEASE_CHECK_SECONDS,
+) -> None:
+    """Install ``core``'s control routes on ``app`` (a nemo-gym server's app included).
+
+    With ``lease_check_seconds`` set, the app's lifespan also runs the core's
+    lease watchdog, so a participant a coordinator abandoned reopens on its
+    own even if no further call arrives.
+    """
+    app.include_router(control_router(core, token=token, max_body_bytes=max_body_bytes))
+    if lease_check_seconds is not None:
+        if lease_check_seconds <= 0:
+            raise ValueError("lease_check_seconds must be positive")
+        _run_during_lifespan(app, lambda: core.run_lease_watchdog(lease_check_seconds))
+
+
+def _run_during_lifespan(app: FastAPI, background: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(lifespan_app: Any) -> AsyncIterator[Any]:
+        task = asyncio.create_task(background())
+        try:
+            async with inner(lifespan_app) as state:
+                yield state
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    app.router.lifespan_context = lifespan

@@ -1,0 +1,199 @@
+"""Run ASGI apps under uvicorn on 127.0.0.1 with ephemeral ports, for tests, demos and benches.
+
+Ports are always chosen by the kernel (port 0) and read back from the bound
+socket, so concurrent runs never collide::
+
+    async with serve(app) as base_url:              # a task in the running loop
+        ...
+    async with serve_many([app_a, app_b]) as urls:  # started and stopped together
+        ...
+    with serve_in_thread(app) as base_url:          # its own loop in a background thread
+        ...
+
+The helpers leave the process alone: no signal handlers are installed and
+logging is not reconfigured (uvicorn's loggers only get ``log_level``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import uvicorn
+
+DEFAULT_HOST = "127.0.0.1"
+STARTUP_TIMEOUT_SECONDS = 30.0
+# In-flight requests get this long at shutdown before they are cancelled.
+GRACEFUL_SHUTDOWN_SECONDS = 2
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that does not take over the host process's signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _Running:
+    def __init__(self, server: _EmbeddedServer, task: asyncio.Task[None], base_url: str) -> None:
+        self.server = server
+        self.task = task
+        self.base_url = base_url
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        try:
+            await self.task
+        except SystemExit as error:  # uvicorn exits the "process" on some failures
+            raise RuntimeError(f"uvicorn stopped with exit code {error.code}") from error
+
+
+async def _start(app: Any, *, host: str, log_level: str | None, startup_timeout: float) -> _Running:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=0,
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
+        lifespan="auto",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+    server = _EmbeddedServer(config)
+    task = asyncio.create_task(server.serve(), name="envckpt-uvicorn")
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + startup_timeout
+    while not server.started:
+        if task.done():
+            try:
+                task.result()
+            except SystemExit as error:
+                raise RuntimeError(f"uvicorn failed to start (exit code {error.code})") from error
+            raise RuntimeError("uvicorn exited before it started")
+        if loop.time() > give_up:
+            server.should_exit = True
+            with contextlib.suppress(BaseException):
+                await task
+            raise RuntimeError(f"uvicorn did not start within {startup_timeout:.0f} s")
+        await asyncio.sleep(0.005)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    return _Running(server, task, f"http://{url_host}:{port}")
+
+
+@contextlib.asynccontextmanager
+async def serve_many(
+    apps: Sequence[Any],
+    *,
+    host: str = DEFAULT_HOST,
+    log_level: str | None = "warning",
+    startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+) -> AsyncIterator[list[str]]:
+    """Serve each app on its own ephemeral port; yield their base URLs in order."""
+    started = await asyncio.gather(
+        *(
+            _start(app, host=host, log_level=log_level, startup_timeout=startup_timeout)
+            for app in apps
+        ),
+        return_exceptions=True,
+    )
+    running = [item for item in started if isinstance(item, _Running)]
+    failure = next((item for item in started if isinstance(item, BaseException)), None)
+    if failure is not None:
+        await _stop_all(running)
+        raise failure
+    try:
+        yield [item.base_url for item in running]
+    except BaseException:
+        await _stop_all(running)  # the body's error wins over a failed shutdown
+        raise
+    problems = await _stop_all(running)
+    if problems:
+        raise problems[0]
+
+
+async def _stop_all(running: Sequence[_Running]) -> list[BaseException]:
+    outcomes = await asyncio.gather(*(item.stop() for item in running), return_exceptions=True)
+    return [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    app: Any,
+    *,
+    host: str = DEFAULT_HOST,
+    log_level: str | None = "warning",
+    startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+) -> AsyncIterator[str]:
+    """Serve ``app`` as a task of the running loop; yield its base URL, stop on exit."""
+    async with serve_many(
+        [app], host=host, log_level=log_level, startup_timeout=startup_timeout
+    ) as urls:
+        yield urls[0]
+
+
+@contextlib.contextmanager
+def serve_many_in_thread(
+    apps: Sequence[Any],
+    *,
+    host: str = DEFAULT_HOST,
+    log_level: str | None = "warning",
+    startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+) -> Iterator[list[str]]:
+    """``serve_many`` on a new event loop in a daemon thread; yield the base URLs."""
+    handoff: queue.Queue[tuple[list[str], asyncio.AbstractEventLoop, asyncio.Event] | BaseException]
+    handoff = queue.Queue()
+    outcome: list[BaseException] = []
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        async with serve_many(
+            apps, host=host, log_level=log_level, startup_timeout=startup_timeout
+        ) as urls:
+            handoff.put((urls, asyncio.get_running_loop(), stop))
+            await stop.wait()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as error:  # handed to the caller, not printed by threading
+            outcome.append(error)
+            handoff.put(error)
+
+    thread = threading.Thread(target=run, name="envckpt-uvicorn-thread", daemon=True)
+    thread.start()
+    try:
+        item = handoff.get(timeout=startup_timeout + 5.0)
+    except queue.Empty:
+        raise RuntimeError(f"servers did not start within {startup_timeout:.0f} s") from None
+    if isinstance(item, BaseException):
+        thread.join()
+        raise RuntimeError(f"servers failed to start: {item}") from item
+    urls, loop, stop = item
+    try:
+        yield urls
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join()
+        if outcome:
+            raise RuntimeError(f"servers failed while stopping: {outcome[0]}") from outcome[0]
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    app: Any,
+    *,
+    host: str = DEFAULT_HOST,
+    log_level: str | None = "warning",
+    startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+) -> Iterator[str]:
+    """``serve`` on a new event loop in a daemon thread; yield the base URL."""
+    with serve_many_in_thread(
+        [app], host=host, log_level=log_level, startup_timeout=startup_timeout
+    ) as urls:
+        yield urls[0]

@@ -1,0 +1,122 @@
+"""Test doubles shared by the adapter and facade tests: dict-backed participants.
+
+``DictHooks`` keeps one JSON dict per episode and plays the agent, model or
+resources part (run_episode_ids, staging keys). ``Deployment`` builds the
+cores of one Gym instance behind an ``InProcessTransport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envckpt.clock import Clock, FakeClock
+from envckpt.coordination.coordinator import Coordinator
+from envckpt.coordination.faults import FaultPlan
+from envckpt.coordination.inprocess import InProcessTransport
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.participant.core import ParticipantCore
+
+TOKEN = "test-token"
+
+
+class DictHooks:
+    """Per-episode dict state for any participant kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.state: dict[EnvironmentEpisode, dict[str, Any]] = {}
+        self.admission_closed = False
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+        return frozenset(self.state)
+
+    async def close_admission(self) -> None:
+        self.admission_closed = True
+
+    async def open_admission(self) -> None:
+        self.admission_closed = False
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
+        for episode in sorted(scope):
+            if episode in self.state:
+                yield episode, self.state[episode]
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        keys = sorted(e.capture_key for e in exported)
+        if self.kind == "agent":
+            return {"run_episode_ids": keys}
+        if self.kind == "model":
+            by_episode = {e.capture_key: sorted(self.state[e].get("staging", [])) for e in exported}
+            return {
+                "staging_keys": sorted({k for ks in by_episode.values() for k in ks}),
+                "staging_keys_by_episode": by_episode,
+            }
+        return {}
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
+        if not isinstance(state.get("turn"), int):
+            raise ValueError(f"{episode.capture_key}: state without a turn")
+        return dict(state)
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
+        for episode, state in restored:
+            assert isinstance(state, dict)
+            self.state[episode] = state
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        for retired in episodes:
+            for episode in list(self.state):
+                if episode.rollout_id == retired.rollout_id and episode.attempt <= retired.attempt:
+                    del self.state[episode]
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        return None
+
+    def release_exported(self) -> None:
+        return None
+
+
+@dataclass
+class Deployment:
+    """The participants of one Gym instance, in process."""
+
+    clock: Clock = field(default_factory=FakeClock)
+    kinds: tuple[tuple[str, str, str], ...] = (
+        ("policy", "model", "export_restore"),
+        ("agent", "agent", "export_restore"),
+        ("tools", "resources", "export_restore"),
+    )
+    non_participants: tuple[str, ...] = ("judge",)
+    faults: FaultPlan = field(default_factory=FaultPlan)
+
+    def __post_init__(self) -> None:
+        self.hooks = {name: DictHooks(kind) for name, kind, _ in self.kinds}
+        self.cores = {
+            name: ParticipantCore(
+                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
+            )
+            for name, kind, mode in self.kinds
+        }
+        servers: dict[str, ParticipantCore | None] = dict(self.cores)
+        servers.update({name: None for name in self.non_participants})
+        self.transport = InProcessTransport(servers, token=TOKEN, faults=self.faults)
+        self.coordinator = Coordinator(self.transport, clock=self.clock)
+
+    async def start(self, episode: EnvironmentEpisode, turn: int = 1) -> None:
+        """Run ``episode`` to ``turn`` in every participant; it parks there."""
+        for name, hooks in self.hooks.items():
+            async with self.cores[name].admit(episode):
+                state: dict[str, Any] = {"turn": turn}
+                if hooks.kind == "model":
+                    state["staging"] = [f"{episode.capture_key}/t{t}" for t in range(turn)]
+                hooks.state[episode] = state
+
+    def fresh(self) -> Deployment:
+        """A new process of the same deployment (nothing served yet)."""
+        return Deployment(
+            clock=self.clock, kinds=self.kinds, non_participants=self.non_participants
+        )

@@ -1,0 +1,85 @@
+"""Tests for envckpt.errors: every error survives pickle with all its fields."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from envckpt.errors import (
+    ALL_ERRORS,
+    ERROR_STATUS,
+    CoordinationError,
+    CorruptCheckpoint,
+    DeadlineExceeded,
+    EnvckptError,
+    GymCheckpointUnavailable,
+    IllegalTransition,
+    IncompatibleCheckpoint,
+    ParticipantError,
+    ProtocolViolation,
+    SnapshotNotReady,
+    UnsupportedDeployment,
+)
+
+SAMPLES: list[EnvckptError] = [
+    EnvckptError("base"),
+    IllegalTransition(machine="m", instance="s/replica-0", state="resumed", trigger="commit"),
+    GymCheckpointUnavailable("down", operation="prepare", failures={"agent": "refused"}),
+    SnapshotNotReady("blocked", blockers={"s/replica-0": {"agent": ("r1", "r2-a1")}}),
+    ProtocolViolation("bad reply"),
+    DeadlineExceeded("late", deadline_ts=12.5),
+    CorruptCheckpoint("digest mismatch", path="/x/records.jsonl"),
+    IncompatibleCheckpoint("topology"),
+    UnsupportedDeployment("environment participants"),
+    CoordinationError("commit", {"b": "x", "a": "y"}),
+    ParticipantError("stale_attempt", "r-a1 retired"),
+]
+
+
+def test_every_error_class_has_a_sample() -> None:
+    """The sample list covers every public error class."""
+    assert {type(error) for error in SAMPLES} == set(ALL_ERRORS)
+
+
+@pytest.mark.parametrize("error", SAMPLES, ids=lambda e: type(e).__name__)
+def test_pickle_round_trip_keeps_type_fields_and_message(error: EnvckptError) -> None:
+    """Ray turns unpicklable errors into untyped ones, so every field must survive."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    for name in type(error)._fields:
+        assert getattr(copy, name) == getattr(error, name)
+
+
+def test_illegal_transition_names_everything() -> None:
+    """The message names machine, instance, trigger and state."""
+    error = IllegalTransition(machine="m", instance="i", state="s", trigger="t")
+    assert "m" in str(error) and "'i'" in str(error) and "'t'" in str(error)
+
+
+def test_unavailable_errors_are_runtime_errors() -> None:
+    """The seed raised RuntimeError subclasses; callers may catch those."""
+    assert issubclass(GymCheckpointUnavailable, RuntimeError)
+    assert issubclass(SnapshotNotReady, GymCheckpointUnavailable)
+
+
+def test_participant_error_status_and_envelope() -> None:
+    """Each code maps to its HTTP status and the protocol's envelope."""
+    error = ParticipantError("admission_closed", "open")
+    assert error.status == 409
+    assert error.to_wire() == {"error": {"code": "admission_closed", "detail": "open"}}
+    assert ERROR_STATUS["invalid_checkpoint_state"] == 422
+
+
+def test_unknown_participant_code_is_refused() -> None:
+    """Only the protocol's codes exist."""
+    with pytest.raises(ValueError):
+        ParticipantError("nope", "x")
+
+
+def test_coordination_error_sorts_failures() -> None:
+    """Failures are listed by server name, deterministically."""
+    error = CoordinationError("resume", {"b": "1", "a": "2"})
+    assert list(error.failures) == ["a", "b"]
+    assert "resume" in str(error)
