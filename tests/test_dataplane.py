@@ -125,7 +125,7 @@ async def test_snapshot_under_cut_is_consistent_and_restorable(
     await asyncio.wait_for(writer, 5)
     assert written == copy.stat().st_size
     assert sorted(path.name for path in copy.parent.iterdir()) == ["dataplane.sqlite"]
-    assert "late" in plane.keys()
+    assert plane.get("late") is not None
 
     target = tmp_path / "restored" / "dataplane.sqlite"
     target.parent.mkdir()

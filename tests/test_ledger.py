@@ -315,7 +315,7 @@ def restart_ledger() -> RecoveryLedger:
 
 
 def test_prepare_for_restart_continues_exactly_the_restored_triples() -> None:
-    """Restored triples continue as attempt + 1 reserved on their instance; the rest are abandoned."""
+    """Restored triples continue as attempt + 1 reserved in place; the rest are abandoned."""
     ledger = restart_ledger()
     restored = RestoredEnvironmentRollouts(
         continued_attempts=frozenset({("i0", "r-run", 0)}),
@@ -344,7 +344,7 @@ def test_prepare_for_restart_continues_exactly_the_restored_triples() -> None:
 
 
 def test_abandoned_rollouts_restart_from_their_task_after_restored_ones() -> None:
-    """restart_from_task gives an abandoned rollout a fresh higher attempt, sent after restored ones."""
+    """restart_from_task gives an abandoned rollout a higher attempt, sent after restored ones."""
     ledger = restart_ledger()
     plan = ledger.prepare_for_restart(
         cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
@@ -359,7 +359,7 @@ def test_abandoned_rollouts_restart_from_their_task_after_restored_ones() -> Non
 
 
 def test_a_second_restore_continues_a_restored_attempt() -> None:
-    """A rollout restored and snapshotted before being re-sent is restorable again by attempt + 1."""
+    """A rollout restored and snapshotted before re-sending is restorable again (attempt + 1)."""
     ledger = restart_ledger()
     triples = frozenset({("i0", "r-run", 0)})
     ledger.prepare_for_restart(cut(), RestoredEnvironmentRollouts(continued_attempts=triples))
@@ -611,10 +611,17 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @initialize(data=st.data())
     def populate(self, data: st.DataObject) -> None:
+        # Start from a varied ledger so short runs reach restores of every status.
+        paths = {
+            "reserved": ("add_staging_keys",),
+            "dispatched": ("dispatch", "add_staging_keys"),
+            "sealed": ("dispatch", "add_staging_keys", "seal"),
+            "failed": ("dispatch", "add_staging_keys", "fail"),
+        }
         for rollout_id in data.draw(st.sets(st.sampled_from(ROLLOUTS), min_size=2)):
             self._reserve(rollout_id, data.draw(st.sampled_from(INSTANCES)))
-            if data.draw(st.booleans()):
-                self._apply("dispatch", rollout_id, data)
+            for action in paths[data.draw(st.sampled_from(sorted(paths)))]:
+                self._apply(action, rollout_id, data)
 
     @rule(action=st.sampled_from((*ACTIONS, "reserve")), data=st.data())
     def legal_call(self, action: str, data: st.DataObject) -> None:

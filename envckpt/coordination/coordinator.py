@@ -207,15 +207,19 @@ class Coordinator:
         """
         log = structlog.get_logger("envckpt.coordinator").bind(checkpoint_id=checkpoint_id)
         cleanup_deadline = max(deadline_ts, self._clock.now() + CLEANUP_SECONDS)
-        try:
-            await self.retire(
-                participants,
-                checkpoint_id,
-                [episode.next_attempt() for episode in scope],
-                deadline_ts=cleanup_deadline,
-            )
-        except CoordinationError as error:
-            log.warning("restore cleanup: retire failed", failures=error.failures)
+        episode_ids = _wire(episode.next_attempt() for episode in scope)
+        if episode_ids:
+            body = {
+                "checkpoint_id": checkpoint_id,
+                "deadline_ts": cleanup_deadline,
+                "episode_ids": episode_ids,
+            }
+            try:
+                # Past failures: one stage that cannot retire must not leave the
+                # replacement attempts of every later stage admissible.
+                await self._in_retire_order("retire", participants, body, keep_going=True)
+            except CoordinationError as error:
+                log.warning("restore cleanup: retire failed", failures=error.failures)
         try:
             await self.resume(participants, checkpoint_id, deadline_ts=cleanup_deadline)
         except CoordinationError as error:
@@ -239,12 +243,27 @@ class Coordinator:
             raise CoordinationError("resume", failures)
 
     async def _in_retire_order(
-        self, operation: str, participants: Participants, body: dict[str, Any]
+        self,
+        operation: str,
+        participants: Participants,
+        body: dict[str, Any],
+        *,
+        keep_going: bool = False,
     ) -> None:
+        """Callers before callees; stop at the first failing group unless ``keep_going``."""
+        failures: dict[str, str] = {}
         for kinds in RETIRE_ORDER:
             members = participants.of_kind(*kinds)
-            if members:
+            if not members:
+                continue
+            try:
                 await self._fan_out(operation, members, body, deadline_ts=body["deadline_ts"])
+            except CoordinationError as error:
+                if not keep_going:
+                    raise
+                failures.update(error.failures)
+        if failures:
+            raise CoordinationError(operation, failures)
 
     async def _fan_out(
         self,

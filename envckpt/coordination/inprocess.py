@@ -11,6 +11,7 @@ applied here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,8 +76,10 @@ class InProcessTransport:
             return ControlReply(404, {"detail": "Not Found"})
         if self.faults.take(server, route, "error"):
             return ControlReply(500, None, raw="Internal Server Error")
+        crash = None
         if route == "commit" and self.faults.take(server, route, "crash_before_publish"):
-            core.before_publish.append(_crash_once(core))
+            crash = _crash_once(core)
+            core.before_publish.append(crash)
         wire_body = None if body is None else json.loads(json.dumps(body))
         status, reply = await dispatch.handle(
             core,
@@ -86,6 +89,10 @@ class InProcessTransport:
             authorization=authorization or f"Bearer {self._token}",
             token=self._token,
         )
+        if crash is not None and crash in core.before_publish and not _still_writing(reply):
+            # This commit started no write (refused, or a replay of a finished
+            # one): the crash must not linger and hit some later commit.
+            core.before_publish.remove(crash)
         if self.faults.take(server, route, "drop_reply"):
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
         if (
@@ -99,9 +106,15 @@ class InProcessTransport:
         return ControlReply(status, json.loads(json.dumps(reply)))
 
 
+def _still_writing(reply: Mapping[str, Any]) -> bool:
+    error = reply.get("error")
+    return isinstance(error, Mapping) and error.get("code") == "deadline_exceeded"
+
+
 def _crash_once(core: ParticipantCore) -> Any:
     def crash() -> None:
-        core.before_publish.remove(crash)
+        with contextlib.suppress(ValueError):
+            core.before_publish.remove(crash)
         raise SimulatedCrash(f"{core.server_name} crashed between records and manifest")
 
     return crash

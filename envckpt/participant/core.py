@@ -63,8 +63,9 @@ class _WriteAborted(Exception):
 class _CommitWrite:
     checkpoint_id: str
     args: tuple[str, tuple[str, ...] | None, bool]
-    task: asyncio.Task[dict[str, Any]]
     aborted: bool = False
+    # Set right after construction: the write checks its own ``aborted`` flag.
+    task: asyncio.Task[dict[str, Any]] = field(init=False)
 
 
 @dataclass(slots=True)
@@ -80,6 +81,11 @@ class _Counters:
 
     admitted: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+
+
+def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class ParticipantCore:
@@ -273,6 +279,14 @@ class ParticipantCore:
             self._changed.set()
         await self._wait_for_boundary(checkpoint_id, deadline_ts)
         async with self._lock:
+            await self._expire_if_due()
+            if (
+                self._checkpoint_id == checkpoint_id
+                and self.phase == "prepared"
+                and self._prepare_reply is not None
+            ):
+                # A concurrent repeat of this prepare got there first.
+                return self._prepare_reply
             if self._checkpoint_id != checkpoint_id or self.phase != "preparing":
                 raise ParticipantError(
                     "stale_checkpoint", f"checkpoint {checkpoint_id} was resumed while preparing"
@@ -335,10 +349,13 @@ class ParticipantCore:
                     )
             else:
                 self._check_commit_allowed(checkpoint_id, scope)
-                task = asyncio.create_task(
-                    self._write(checkpoint_id, Path(checkpoint_dir), scope, stop)
+                write = _CommitWrite(checkpoint_id, args)
+                write.task = asyncio.create_task(
+                    self._write(write, Path(checkpoint_dir), scope, stop)
                 )
-                write = _CommitWrite(checkpoint_id, args, task)
+                # Nobody may collect a write that resume stopped: retrieve its
+                # outcome so asyncio does not warn about an unretrieved error.
+                write.task.add_done_callback(_retrieve_outcome)
                 self._commit = write
             self._arm_lease(deadline_ts)
         timeout = max(0.0, deadline_ts - self.clock.now())
@@ -358,7 +375,8 @@ class ParticipantCore:
         self._require_open(checkpoint_id)
         if self.phase != "prepared":
             raise ParticipantError("invalid_phase", f"commit is not legal in phase {self.phase}")
-        if self._in_flight:
+        if not self.report()["ready"]:
+            # restart_only never waits, so its in-flight work is no blocker.
             raise ParticipantError("invalid_phase", "no longer ready: episodes left their boundary")
         if scope is None and self.kind == "model":
             raise ParticipantError("invalid_request", "the policy model requires a commit scope")
@@ -371,12 +389,13 @@ class ParticipantCore:
 
     async def _write(
         self,
-        checkpoint_id: str,
+        write: _CommitWrite,
         checkpoint_dir: Path,
         scope: tuple[EnvironmentEpisode, ...] | None,
         stop: bool,
     ) -> dict[str, Any]:
         """Export once, write records and manifest, then fire ``commit``."""
+        checkpoint_id = write.checkpoint_id
         wanted = self.hooks.live_episodes() if scope is None else frozenset(scope)
         # Admission is closed and nothing is in flight, so the state is quiet
         # while it is serialised on the event loop; only bytes go to the thread.
@@ -387,10 +406,13 @@ class ParticipantCore:
         records = [{"capture_key": e.capture_key, "state": s} for e, s in exported_states]
 
         def before_publish() -> None:
-            if self._commit is None or self._commit.aborted:
-                raise _WriteAborted(checkpoint_id)
-            for hook in self.before_publish:
+            for hook in list(self.before_publish):
                 hook()
+            # Checked last, right before the manifest link: a resume during a
+            # slow pre-publish step must still stop the write. The flag is this
+            # write's own, so a newer checkpoint's write cannot vouch for it.
+            if write.aborted:
+                raise _WriteAborted(checkpoint_id)
 
         try:
             manifest = await asyncio.to_thread(
@@ -419,7 +441,7 @@ class ParticipantCore:
             **extras,
         }
         async with self._lock:
-            if self._checkpoint_id == checkpoint_id and self.phase == "prepared":
+            if self._commit is write and self.phase == "prepared":
                 _PHASES.fire(self._phase, "commit", checkpoint_id=checkpoint_id)
         if stop:
             self.hooks.release_exported()
@@ -490,10 +512,14 @@ class ParticipantCore:
         manifest = store.read_manifest(checkpoint_dir, kind=self.kind, instance=self.instance)
         store.verify_records(checkpoint_dir, manifest)
         plans: list[tuple[EnvironmentEpisode, object]] = []
+        seen: set[EnvironmentEpisode] = set()
         for record in store.iter_records(checkpoint_dir, manifest):
             if set(record) != {"capture_key", "state"} or not isinstance(record["state"], Mapping):
                 raise ValueError(f"malformed record {list(record)[:5]}")
             episode = EnvironmentEpisode.from_capture_key(record["capture_key"])
+            if episode in seen:
+                raise ValueError(f"two records for {episode.capture_key}")
+            seen.add(episode)
             if episode in scope:
                 plans.append(
                     (episode.next_attempt(), self.hooks.validate(episode, record["state"]))
@@ -601,7 +627,6 @@ class ParticipantCore:
     async def forget(
         self, checkpoint_id: str, *, deadline_ts: float, rollout_ids: Iterable[str]
     ) -> dict[str, Any]:
-        del deadline_ts
         ids = sorted(set(rollout_ids))
         async with self._lock:
             await self._expire_if_due()
@@ -619,7 +644,7 @@ class ParticipantCore:
                 self._latest_attempt.pop(rollout_id, None)
             self.hooks.forget(ids)
             if self.phase == "restored":
-                self._arm_lease(deadline_ts=self.clock.now())
+                self._arm_lease(deadline_ts)
             return {"forgotten": ids}
 
     # --------------------------------------------------------------- helpers

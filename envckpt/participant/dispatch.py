@@ -38,8 +38,8 @@ def check_token(token: str) -> str:
 
 def authorized(authorization: str | None, token: str) -> bool:
     """Constant-time check of an ``Authorization: Bearer <token>`` header."""
-    if not authorization or not authorization.startswith("Bearer "):
-        return False
+    if not token or not authorization or not authorization.startswith("Bearer "):
+        return False  # an empty secret authorises nobody, not everybody
     presented = authorization[len("Bearer ") :].encode()
     return hmac.compare_digest(presented, token.encode())
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 from envckpt.clock import validate_deadline
 from envckpt.episodes import EnvironmentEpisode
@@ -82,7 +90,8 @@ class ResumeRequest(ControlRequest):
 class CommitRequest(ControlRequest):
     checkpoint_dir: CheckpointDir
     episode_ids: Episodes | None = None
-    stop: bool = False
+    # Strict: "yes" or 1 are not a decision to free exported state.
+    stop: StrictBool = False
 
 
 class RestoreRequest(ControlRequest):

@@ -1,0 +1,257 @@
+"""Test doubles for the participant core and coordinator tests (not a test module).
+
+``JsonStateHooks`` keeps one JSON dict per episode and can be told to fail or
+stall at each hook. ``Turn`` holds one admitted call open until finished, so a
+test can keep an episode in flight. ``Cluster`` builds cores of several kinds
+behind an ``InProcessTransport`` wrapped in a ``RecordingTransport``.
+
+    hooks = JsonStateHooks()
+    core = ParticipantCore(server_name="agent", kind="agent", hooks=hooks, clock=FakeClock())
+    turn = await Turn.start(core, EnvironmentEpisode("task-1", 0))
+    ...
+    await turn.finish()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from envckpt.clock import FakeClock
+from envckpt.coordination.coordinator import Coordinator
+from envckpt.coordination.faults import FaultPlan
+from envckpt.coordination.inprocess import InProcessTransport
+from envckpt.coordination.transport import ControlReply
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.participant.core import ParticipantCore
+
+TOKEN = "secret-token"
+START = 1_800_000_000.0
+
+
+def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
+    return EnvironmentEpisode(rollout_id, attempt)
+
+
+class JsonStateHooks:
+    """Per-episode JSON state with switches to make each hook fail."""
+
+    def __init__(self, kind: str = "agent") -> None:
+        self.kind = kind
+        self.states: dict[EnvironmentEpisode, dict[str, Any]] = {}
+        self.admission_open = True
+        self.fail_close = False
+        self.fail_retire = False
+        self.export_error: Exception | None = None
+        self.status_error: Exception | None = None
+        self.calls: list[str] = []
+        self.exports = 0
+        self.released = 0
+        self.retired: list[tuple[EnvironmentEpisode, ...]] = []
+        self.forgotten: list[str] = []
+        # Called from hooks.retire with the episodes, e.g. to stop in-flight turns.
+        self.on_retire: list[Callable[[tuple[EnvironmentEpisode, ...]], None]] = []
+
+    def put(self, episode: EnvironmentEpisode, turn: int = 1, **extra: Any) -> None:
+        self.states[episode] = {"turn": turn, **extra}
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+        if self.status_error is not None:
+            raise self.status_error
+        return frozenset(self.states)
+
+    async def close_admission(self) -> None:
+        self.calls.append("close")
+        if self.fail_close:
+            raise RuntimeError("cannot cut generations")
+        self.admission_open = False
+
+    async def open_admission(self) -> None:
+        self.calls.append("open")
+        self.admission_open = True
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
+        self.exports += 1
+        if self.export_error is not None:
+            raise self.export_error
+        for episode in sorted(scope):
+            if episode in self.states:
+                yield episode, self.states[episode]
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        keys = sorted(e.capture_key for e in exported)
+        if self.kind == "agent":
+            return {"run_episode_ids": keys}
+        if self.kind == "model":
+            by_episode = {e.capture_key: [f"{e.capture_key}/stage"] for e in exported}
+            return {
+                "staging_keys": sorted(k for ks in by_episode.values() for k in ks),
+                "staging_keys_by_episode": by_episode,
+            }
+        return {}
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
+        if type(state.get("turn")) is not int:
+            raise ValueError(f"{episode.capture_key}: state without an integer turn")
+        return dict(state)
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
+        for episode, state in restored:
+            assert isinstance(state, dict)
+            self.states[episode] = state
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        self.retired.append(episodes)
+        for callback in self.on_retire:
+            callback(episodes)
+        if self.fail_retire:
+            raise RuntimeError("the turn would not stop")
+        for retired in episodes:
+            for episode in list(self.states):
+                if episode.rollout_id == retired.rollout_id and episode.attempt <= retired.attempt:
+                    del self.states[episode]
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        self.forgotten.extend(rollout_ids)
+
+    def release_exported(self) -> None:
+        self.released += 1
+
+
+class Turn:
+    """One admitted call held open until ``finish`` (the episode is in flight)."""
+
+    def __init__(self, core: ParticipantCore, episode: EnvironmentEpisode) -> None:
+        self.core = core
+        self.episode = episode
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, core: ParticipantCore, episode: EnvironmentEpisode) -> Turn:
+        turn = cls(core, episode)
+        turn.task = asyncio.create_task(turn._run())
+        entered = asyncio.create_task(turn.entered.wait())
+        await asyncio.wait({turn.task, entered}, return_when=asyncio.FIRST_COMPLETED)
+        entered.cancel()
+        if turn.task.done():
+            turn.task.result()  # raises the admission error
+        return turn
+
+    async def _run(self) -> None:
+        async with self.core.admit(self.episode):
+            self.entered.set()
+            await self.release.wait()
+
+    async def finish(self) -> None:
+        self.release.set()
+        assert self.task is not None
+        await self.task
+
+
+async def run_turn(
+    core: ParticipantCore, hooks: JsonStateHooks, episode: EnvironmentEpisode, turn: int = 1
+) -> None:
+    """Admit ``episode``, advance its state to ``turn`` and park it at the boundary."""
+    async with core.admit(episode):
+        hooks.put(episode, turn)
+
+
+async def drain_tasks() -> None:
+    """Wait for every other task (commit writes running in the background)."""
+    current = asyncio.current_task()
+    others = [task for task in asyncio.all_tasks() if task is not current]
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One request as the coordinator sent it."""
+
+    server: str
+    method: str
+    route: str
+    body: Mapping[str, Any] | None
+    timeout: float
+    connect_tries: int
+
+
+class RecordingTransport:
+    """Wraps a transport and records every request (order, body, timeout)."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self.inner = inner
+        self.sent: list[Sent] = []
+
+    def server_names(self) -> tuple[str, ...]:
+        return self.inner.server_names()
+
+    async def request(
+        self,
+        server: str,
+        method: str,
+        route: str,
+        body: Mapping[str, Any] | None,
+        *,
+        timeout: float,
+        connect_tries: int = 1,
+    ) -> ControlReply:
+        self.sent.append(Sent(server, method, route, body, timeout, connect_tries))
+        return await self.inner.request(
+            server, method, route, body, timeout=timeout, connect_tries=connect_tries
+        )
+
+    def servers_of(self, route: str) -> list[str]:
+        return [sent.server for sent in self.sent if sent.route == route]
+
+
+DEFAULT_KINDS: tuple[tuple[str, str, str], ...] = (
+    ("env", "environment", "export_restore"),
+    ("policy", "model", "export_restore"),
+    ("agent-a", "agent", "export_restore"),
+    ("agent-b", "agent", "export_restore"),
+    ("tools", "resources", "export_restore"),
+)
+
+
+@dataclass
+class Cluster:
+    """Cores of several kinds, a non-participant judge, one coordinator."""
+
+    clock: FakeClock = field(default_factory=lambda: FakeClock(START))
+    kinds: tuple[tuple[str, str, str], ...] = DEFAULT_KINDS
+    faults: FaultPlan = field(default_factory=FaultPlan)
+
+    def __post_init__(self) -> None:
+        self.hooks = {name: JsonStateHooks(kind) for name, kind, _ in self.kinds}
+        self.cores = {
+            name: ParticipantCore(
+                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
+            )
+            for name, kind, mode in self.kinds
+        }
+        servers: dict[str, ParticipantCore | None] = dict(self.cores)
+        servers["judge"] = None
+        self.inner = InProcessTransport(servers, token=TOKEN, faults=self.faults)
+        self.transport = RecordingTransport(self.inner)
+        self.coordinator = Coordinator(self.transport, clock=self.clock)
+
+    def deadline(self, seconds: float = 60.0) -> float:
+        return self.clock.now() + seconds
+
+    async def run_everywhere(self, episode: EnvironmentEpisode, turn: int = 1) -> None:
+        """Run one turn of ``episode`` on every participant; it parks there."""
+        for name, hooks in self.hooks.items():
+            await run_turn(self.cores[name], hooks, episode, turn)
+
+    def phases(self) -> dict[str, str]:
+        return {name: core.phase for name, core in self.cores.items()}
+
+    def fresh(self) -> Cluster:
+        """A new process of the same deployment, on the same clock."""
+        return Cluster(clock=self.clock, kinds=self.kinds)
