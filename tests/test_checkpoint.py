@@ -326,13 +326,13 @@ async def test_check_startup_warns_about_restart_only() -> None:
     assert any(e.get("servers") == ["tools"] for e in logs)
 
 
-async def test_forget_reaches_the_named_instance() -> None:
+async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
     """forget clears marks on the instance it names."""
     world = World()
     await world.start(A, E1)
     world.inventory.drop(A.instance_id, E1)
     await world.facade.check_startup()
-    async with world.facade.snapshot(Path("/tmp") / "unused-envckpt-test"):
+    async with world.facade.snapshot(tmp_path):
         pass
     await world.facade.forget({A.instance_id: ["r1"]})
     assert world.deployments[A].cores["agent"].retire_mark("r1") is None

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +162,7 @@ class SimulatedGym:
 
         It shares this one's clock; it gets a new fault plan unless one is given.
         """
-        return SimulatedGym.from_config(replace(self.config), clock=self.clock, faults=faults)
+        return SimulatedGym.from_config(self.config, clock=self.clock, faults=faults)
 
     async def run(self, episode: EnvironmentEpisode, task: Mapping[str, Any]) -> dict[str, Any]:
         """Drive one rollout attempt through the agent's run, as the trainer would."""

@@ -4,8 +4,9 @@ Every kind's handler takes a JSON object and refuses a malformed one with the
 protocol's codes before touching any state: ``rollout_id_required`` when the
 episode identity is missing, ``invalid_request`` for anything else.
 
-    episode = episode_of(request, allowed={"episode", "turn", "observation"})
-    turn = turn_of(request)
+    body = check_fields(request, required=("episode", "turn", "observation"))
+    episode, turn = episode_of(body), turn_of(body)     # ParticipantError if malformed
+    state = require_keys(saved, ("staging_keys",), "model state")   # ValueError if not
 """
 
 from __future__ import annotations
