@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
-from support import Deployment
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
@@ -18,6 +17,8 @@ from envckpt.errors import (
 )
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
+
+from support import Deployment
 
 INSTANCE = GymCheckpointInstance("shard", 0)
 E1 = EnvironmentEpisode("r1", 0)

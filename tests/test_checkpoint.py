@@ -24,6 +24,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.interfaces import EnvironmentCheckpoint
 from envckpt.inventory import InMemoryInventory
+
 from support import Deployment
 
 A = GymCheckpointInstance("shard", 0)

@@ -36,7 +36,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from support import Deployment
 
 from envckpt.clock import FakeClock
 from envckpt.coordination.faults import FAULT_KINDS
@@ -54,6 +53,8 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.inventory import InMemoryInventory
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
+
+from support import Deployment
 
 settings.register_profile(
     "ci",
