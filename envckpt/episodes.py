@@ -46,7 +46,7 @@ class EnvironmentEpisode:
         """Parse a capture key; raise ValueError for one no episode produces."""
         if not isinstance(capture_key, str):
             raise ValueError(f"capture key must be a string, got {capture_key!r}")
-        match = ATTEMPT_SUFFIX.match(capture_key)
+        match = ATTEMPT_SUFFIX.fullmatch(capture_key)
         if match is None:
             return cls(capture_key, 0)
         return cls(match["base"], int(match["attempt"]))

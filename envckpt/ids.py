@@ -11,22 +11,20 @@ import re
 import secrets
 
 # One safe path component: no separators, no leading dot or dash.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# Used with fullmatch: "$" alone would also accept a trailing newline.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The capture-key suffix that names a later attempt; reserved in rollout ids.
-ATTEMPT_SUFFIX = re.compile(r"^(?P<base>.+)-a(?P<attempt>[1-9][0-9]*)$")
+ATTEMPT_SUFFIX = re.compile(r"(?P<base>.+)-a(?P<attempt>[1-9][0-9]*)", re.DOTALL)
 MAX_CHECKPOINT_ID_LENGTH = 128
-MAX_ROLLOUT_ID_LENGTH = 256
 
 
 def validate_rollout_id(rollout_id: object) -> str:
     """Return ``rollout_id`` if it is a legal rollout id, else raise ValueError."""
     if not isinstance(rollout_id, str) or not rollout_id:
         raise ValueError("rollout_id must be a non-empty string")
-    if len(rollout_id) > MAX_ROLLOUT_ID_LENGTH:
-        raise ValueError(f"rollout_id longer than {MAX_ROLLOUT_ID_LENGTH} characters")
-    if not ID_PATTERN.match(rollout_id):
+    if not ID_PATTERN.fullmatch(rollout_id):
         raise ValueError(f"rollout_id {rollout_id!r} must match {ID_PATTERN.pattern}")
-    if ATTEMPT_SUFFIX.match(rollout_id):
+    if ATTEMPT_SUFFIX.fullmatch(rollout_id):
         # Otherwise "r-a1" attempt 0 and "r" attempt 1 share a capture key.
         raise ValueError(f"rollout_id {rollout_id!r} ends in the reserved suffix -a<N>")
     return rollout_id
@@ -38,7 +36,7 @@ def validate_checkpoint_id(checkpoint_id: object) -> str:
         raise ValueError("checkpoint_id must be a non-empty string")
     if len(checkpoint_id) > MAX_CHECKPOINT_ID_LENGTH:
         raise ValueError(f"checkpoint_id longer than {MAX_CHECKPOINT_ID_LENGTH} characters")
-    if not ID_PATTERN.match(checkpoint_id):
+    if not ID_PATTERN.fullmatch(checkpoint_id):
         raise ValueError(f"checkpoint_id {checkpoint_id!r} must match {ID_PATTERN.pattern}")
     return checkpoint_id
 

@@ -89,6 +89,7 @@ RESUME_ATTEMPTS = 3
 TIMEOUTS = CheckpointTimeouts(
     prepare_seconds=10, renew_interval_seconds=1e6, resume_attempts=RESUME_ATTEMPTS
 )
+HANG_SECONDS = 20.0
 # Every lifecycle trigger the adapter exposes (discover is a no-op once done).
 ADAPTER_TRIGGERS = ("prepare", "commit", "renew", "resume", "retire", "forget", "restore")
 
@@ -224,7 +225,8 @@ class EngineMachine(RuleBasedStateMachine):
 
     def run(self, factory: Callable[[], Awaitable[T]]) -> T:
         async def main() -> T:
-            return await factory()
+            # Time is fake, so a call that needs real seconds is a hang: fail it.
+            return await asyncio.wait_for(factory(), HANG_SECONDS)
 
         return self.runner.run(main())
 

@@ -211,6 +211,19 @@ async def test_server_outside_the_loop() -> None:
     assert core.phase == "idle"
 
 
+async def test_serve_reports_a_failed_startup() -> None:
+    """An app whose startup fails makes serve raise instead of yielding a URL."""
+
+    @asynccontextmanager
+    async def broken(app: FastAPI) -> AsyncIterator[None]:
+        raise RuntimeError("startup exploded")
+        yield
+
+    with pytest.raises(RuntimeError, match="uvicorn failed to start"):
+        async with serve(FastAPI(lifespan=broken)):
+            pytest.fail("serve yielded for an app that did not start")
+
+
 async def test_transport_refuses_bad_arguments() -> None:
     """An empty token, a non-http URL, an unknown server or route are refused."""
     with pytest.raises(ValueError, match="non-empty bearer token"):
@@ -271,7 +284,14 @@ def realistic_config(ports: dict[str, int] | None = None) -> dict[str, Any]:
                     "entrypoint": "app.py",
                     "resources_server": {"type": "resources_servers", "name": "math_with_judge"},
                     "model_server": {"type": "responses_api_models", "name": "policy_model"},
-                    "datasets": [{"name": "train", "type": "train", "jsonl_fpath": "x.jsonl"}],
+                    "datasets": [
+                        {
+                            "name": "train",
+                            "type": "train",
+                            "jsonl_fpath": "data/train.jsonl",
+                            "license": "Apache 2.0",
+                        }
+                    ],
                     "host": "127.0.0.1",
                     "port": port["agent"],
                 }

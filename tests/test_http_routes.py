@@ -731,7 +731,15 @@ def test_routes_refuse_an_empty_token() -> None:
     app = FastAPI()
     with pytest.raises(ValueError, match="non-empty bearer token"):
         mount_participant(app, core, token="")
-    assert not [route for route in app.routes if "ng-control" in getattr(route, "path", "")]
+    assert len(app.routes) == len(FastAPI().routes)
+
+
+def test_one_participant_per_app() -> None:
+    """Mounting a second participant on the same app is refused."""
+    app = FastAPI()
+    mount_participant(app, make_core("agent", "agent"), token=TOKEN)
+    with pytest.raises(ValueError, match="already serves checkpoint control routes"):
+        mount_participant(app, make_core("other", "agent"), token=TOKEN)
 
 
 def test_router_serves_exactly_the_protocol_routes() -> None:

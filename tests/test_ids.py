@@ -16,7 +16,7 @@ def test_checkpoint_ids_follow_the_grammar() -> None:
     """1 to 128 characters of the safe alphabet, starting alphanumeric."""
     assert validate_checkpoint_id("snap-1.x_y") == "snap-1.x_y"
     assert validate_checkpoint_id("a" * 128) == "a" * 128
-    for bad in ("", "a" * 129, "../x", "a/b", ".hidden", "-x", "sp ace", None, 5):
+    for bad in ("", "a" * 129, "../x", "a/b", ".hidden", "-x", "sp ace", "c\n", None, 5):
         with pytest.raises(ValueError):
             validate_checkpoint_id(bad)
 
@@ -25,7 +25,7 @@ def test_rollout_ids_refuse_the_reserved_suffix() -> None:
     """A rollout id may not end in -a<N> with N >= 1."""
     assert validate_rollout_id("r-a0") == "r-a0"
     assert validate_rollout_id("r-ab1") == "r-ab1"
-    for bad in ("r-a1", "r-a10", "", "a/b"):
+    for bad in ("r-a1", "r-a10", "", "a/b", "task-1\n", "r-a1\n"):
         with pytest.raises(ValueError):
             validate_rollout_id(bad)
 

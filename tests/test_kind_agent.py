@@ -247,6 +247,7 @@ def _valid_state() -> dict[str, Any]:
                 "action": action,
                 "tool_observation": seen,
                 "value": 3,
+                "application": f"proc/{turn}",
             }
         )
         transcript += [f"assistant: {action}", f"tool: {seen}"]
@@ -282,6 +283,7 @@ def test_validate_accepts_a_consistent_session() -> None:
         lambda s: s["turns"][0].update(action=7),
         lambda s: s["turns"][0].update(value="3"),
         lambda s: s["turns"][0].pop("value"),
+        lambda s: s["turns"][0].update(application=None),
         lambda s: s["transcript"].append("tool: extra"),
         lambda s: s["transcript"].__setitem__(0, "user: other"),
     ],

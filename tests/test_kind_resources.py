@@ -40,8 +40,16 @@ async def test_call_applies_an_effect_and_audits_it(tmp_path: Path) -> None:
         "value": value,
         "applied": True,
         "effect": "r/t0",
+        "application": f"{tool.process_id}/0",
     }
-    entry = {"rollout_id": "r", "attempt": 0, "turn": 0, "effect": "r/t0", "value": value}
+    entry = {
+        "rollout_id": "r",
+        "attempt": 0,
+        "turn": 0,
+        "effect": "r/t0",
+        "value": value,
+        "application": f"{tool.process_id}/0",
+    }
     assert tool.audit == [entry]
     assert [json.loads(line) for line in audit.read_text().splitlines()] == [entry]
     assert tool.sessions() == {

@@ -315,7 +315,7 @@ def restart_ledger() -> RecoveryLedger:
 
 
 def test_prepare_for_restart_continues_exactly_the_restored_triples() -> None:
-    """Restored triples continue as attempt + 1 reserved in place; the rest are abandoned."""
+    """Restored triples continue as attempt + 1; sent ones are abandoned; unsent ones wait."""
     ledger = restart_ledger()
     restored = RestoredEnvironmentRollouts(
         continued_attempts=frozenset({("i0", "r-run", 0)}),
@@ -332,7 +332,8 @@ def test_prepare_for_restart_continues_exactly_the_restored_triples() -> None:
             restored=True,
         ),
     )
-    assert sorted(entry.rollout_id for entry in plan.abandoned) == ["r-fail", "r-lost", "r-new"]
+    assert sorted(entry.rollout_id for entry in plan.abandoned) == ["r-fail", "r-lost"]
+    assert ledger.entry("r-new") == LedgerEntry("r-new", 0, "i1", LedgerStatus.RESERVED)
     assert all(ledger.entry(e.rollout_id).status is LedgerStatus.ABANDONED for e in plan.abandoned)
     assert ledger.entry("r-done").status is LedgerStatus.SEALED
     assert plan.keep_staging_keys == {"s-run-1", "s-run-2", "s-extra", "s-done"}
@@ -695,6 +696,8 @@ class LedgerMachine(RuleBasedStateMachine):
         for rollout_id, ref in self.refs.items():
             if rollout_id in chosen:
                 ref.attempt, ref.status, ref.restored = ref.attempt + 1, "reserved", True
+            elif ref.status == "reserved" and not ref.restored:
+                continue  # never sent: it just waits to be sent
             elif ref.status in {"reserved", "dispatched", "failed"}:
                 self._drop(rollout_id)
                 ref.status, ref.restored = "abandoned", False

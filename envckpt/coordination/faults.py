@@ -31,6 +31,8 @@ class Fault:
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}")
+        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < -1:
+            raise ValueError(f"times must be -1 (forever) or a count >= 0, got {self.times!r}")
 
     def matches(self, server: str, route: str) -> bool:
         return (self.server in (None, server)) and (self.route in (None, route)) and self.times != 0

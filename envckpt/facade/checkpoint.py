@@ -94,7 +94,7 @@ class GymEnvironmentCheckpoint:
     def __init__(
         self,
         instances: Sequence[InstanceClient],
-        inventory: RolloutInventory,
+        inventory: RolloutInventory | None = None,
         *,
         clock: Clock | None = None,
         timeouts: CheckpointTimeouts | None = None,
@@ -103,7 +103,7 @@ class GymEnvironmentCheckpoint:
         if len(set(ids)) != len(ids):
             raise ValueError(f"duplicate Gym instance ids: {sorted(ids)}")
         self._instances = {instance.instance_id: instance for instance in instances}
-        self._inventory = inventory
+        self._inventory_source = inventory
         self._clock = clock or SystemClock()
         self.timeouts = timeouts or CheckpointTimeouts()
         self._active: str | None = None
@@ -111,6 +111,23 @@ class GymEnvironmentCheckpoint:
     @property
     def holds_rollout_state(self) -> bool:
         return True
+
+    @property
+    def inventory(self) -> RolloutInventory:
+        """Where snapshots learn what to commit: the trainer's ledger.
+
+        May be attached after construction, because at startup the ledger is
+        only known once the snapshot it is restored from was chosen.
+        """
+        if self._inventory_source is None:
+            raise RuntimeError(
+                "no rollout inventory attached; set GymEnvironmentCheckpoint.inventory"
+            )
+        return self._inventory_source
+
+    @inventory.setter
+    def inventory(self, inventory: RolloutInventory) -> None:
+        self._inventory_source = inventory
 
     @property
     def instance_ids(self) -> tuple[str, ...]:
@@ -270,7 +287,7 @@ class GymEnvironmentCheckpoint:
         )
         snapshot = GymEnvironmentSnapshot(
             contents=contents,
-            inventory=self._inventory,
+            inventory=self.inventory,
             session=session,
             timings=SnapshotTimings(
                 retire_seconds=retired_at - started,
@@ -286,10 +303,10 @@ class GymEnvironmentCheckpoint:
         deadline = self._deadline(self.timeouts.control_seconds)
 
         async def retire(instance: InstanceClient) -> None:
-            dropped = self._inventory.dropped_attempts(instance.instance_id)
+            dropped = self.inventory.dropped_attempts(instance.instance_id)
             if dropped:
                 await instance.retire(checkpoint_id, dropped, deadline_ts=deadline)
-                self._inventory.retired(instance.instance_id, dropped)
+                self.inventory.retired(instance.instance_id, dropped)
 
         await self._all("retire", retire)
 
@@ -304,7 +321,7 @@ class GymEnvironmentCheckpoint:
 
         async def commit(instance: InstanceClient) -> GymCheckpointCommitSummary:
             iid = instance.instance_id
-            scope = prepared[iid].continued(self._inventory.inventory(iid))
+            scope = prepared[iid].continued(self.inventory.inventory(iid))
             summary = await instance.commit(checkpoint_id, str(path), scope, deadline_ts=deadline)
             if summary.unowned_live_episodes:
                 log.warning(

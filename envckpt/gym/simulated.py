@@ -46,7 +46,7 @@ from envckpt.participant.kinds.agent import (
     turn_lines,
 )
 from envckpt.participant.kinds.common import parse_task
-from envckpt.participant.kinds.model import PolicyModelServer, policy_action
+from envckpt.participant.kinds.model import PolicyModelServer, StagingSink, policy_action
 from envckpt.participant.kinds.resources import ToolServer, effect_value, tool_observation
 
 MODEL_SERVER = "policy_model"
@@ -103,6 +103,7 @@ class SimulatedGym:
         token: str = "simulated-gym-token",
         clock: Clock | None = None,
         faults: FaultPlan | None = None,
+        staging_sink: StagingSink | None = None,
     ) -> None:
         config = GymConfig(
             seed=seed,
@@ -114,22 +115,39 @@ class SimulatedGym:
             park_poll_seconds=park_poll_seconds,
             audit_path=None if audit_path is None else str(audit_path),
         )
-        self._build(config, clock or SystemClock(), faults or FaultPlan())
+        self._build(config, clock or SystemClock(), faults or FaultPlan(), staging_sink)
 
     @classmethod
     def from_config(
-        cls, config: GymConfig, *, clock: Clock | None = None, faults: FaultPlan | None = None
+        cls,
+        config: GymConfig,
+        *,
+        clock: Clock | None = None,
+        faults: FaultPlan | None = None,
+        staging_sink: StagingSink | None = None,
     ) -> SimulatedGym:
         gym = cls.__new__(cls)
-        gym._build(config, clock or SystemClock(), faults or FaultPlan())
+        gym._build(config, clock or SystemClock(), faults or FaultPlan(), staging_sink)
         return gym
 
-    def _build(self, config: GymConfig, clock: Clock, faults: FaultPlan) -> None:
+    def _build(
+        self,
+        config: GymConfig,
+        clock: Clock,
+        faults: FaultPlan,
+        staging_sink: StagingSink | None,
+    ) -> None:
         self.config = config
         self.clock = clock
         self.faults = faults
+        # Not part of the config: the trainer's data plane outlives a Gym process.
+        self.staging_sink = staging_sink
         self.model = PolicyModelServer(
-            server_name=MODEL_SERVER, seed=config.seed, clock=clock, latency=config.model_latency
+            server_name=MODEL_SERVER,
+            seed=config.seed,
+            clock=clock,
+            latency=config.model_latency,
+            staging_sink=staging_sink,
         )
         self.tool = ToolServer(
             server_name=RESOURCES_SERVER,
@@ -160,9 +178,12 @@ class SimulatedGym:
     def fresh_process(self, *, faults: FaultPlan | None = None) -> SimulatedGym:
         """A new process of the same deployment: same names and seed, new cores, no traffic.
 
-        It shares this one's clock; it gets a new fault plan unless one is given.
+        It shares this one's clock and staging sink; it gets a new fault plan
+        unless one is given.
         """
-        return SimulatedGym.from_config(self.config, clock=self.clock, faults=faults)
+        return SimulatedGym.from_config(
+            self.config, clock=self.clock, faults=faults, staging_sink=self.staging_sink
+        )
 
     async def run(self, episode: EnvironmentEpisode, task: Mapping[str, Any]) -> dict[str, Any]:
         """Drive one rollout attempt through the agent's run, as the trainer would."""

@@ -87,7 +87,13 @@ def nemo_gym_server_urls(global_config_dict: Mapping[str, Any]) -> dict[str, str
     without a usable host and port (an unresolved config).
     """
     urls: dict[str, str] = {}
-    for name, entry in global_config_dict.items():
+    for name in list(global_config_dict.keys()):
+        try:
+            entry = global_config_dict[name]
+        except Exception:
+            # A setting OmegaConf cannot resolve (an unset "???", say) is not a
+            # server entry; a server entry is a mapping node, read lazily below.
+            continue
         if not isinstance(entry, Mapping):
             continue
         types = [key for key in NEMO_GYM_SERVER_TYPES if key in entry]

@@ -1,9 +1,10 @@
 """The participant's control routes on a FastAPI app.
 
-Every route reads its raw body itself instead of letting FastAPI parse a
-model, so every failure, a malformed body included, is answered with the
-protocol's error envelope; ``dispatch.handle`` does authentication,
-validation and the call, exactly as for the in-process transport::
+Every route checks the bearer token, then reads its raw body itself instead
+of letting FastAPI parse a model, so every failure, a malformed body
+included, is answered with the protocol's error envelope; ``dispatch.handle``
+then validates the body and makes the call, exactly as for the in-process
+transport::
 
     core = ParticipantCore(server_name="policy", kind="model", hooks=hooks)
     mount_participant(app, core, token=token)   # any FastAPI app, a nemo-gym server's too
@@ -34,6 +35,8 @@ from envckpt.participant.core import ParticipantCore
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # How often a mounted participant checks its lease when no call arrives.
 DEFAULT_LEASE_CHECK_SECONDS = 1.0
+# The app.state attribute naming the participant mounted on an app.
+_MOUNTED = "envckpt_participant"
 # What dispatch sees in place of the secret once a request is authenticated.
 _VERIFIED = "verified-by-envckpt-http-routes"
 
@@ -152,9 +155,14 @@ def mount_participant(
 
     With ``lease_check_seconds`` set, the app's lifespan also runs the core's
     lease watchdog, so a participant a coordinator abandoned reopens on its
-    own even if no further call arrives.
+    own even if no further call arrives. The watchdog sleeps on the core's
+    clock: pass ``None`` for a core on a ``FakeClock``, whose sleep returns at
+    once (the lease is still checked lazily on every call and admission).
     """
+    if getattr(app.state, _MOUNTED, None) is not None:
+        raise ValueError("this app already serves checkpoint control routes (one per server)")
     app.include_router(control_router(core, token=token, max_body_bytes=max_body_bytes))
+    setattr(app.state, _MOUNTED, core.server_name)
     if lease_check_seconds is not None:
         if lease_check_seconds <= 0:
             raise ValueError("lease_check_seconds must be positive")

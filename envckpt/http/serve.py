@@ -39,6 +39,18 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class ServerExited(RuntimeError):
+    """uvicorn gave up (it calls ``sys.exit`` on a failed startup or bind)."""
+
+
+async def _run(server: _EmbeddedServer) -> None:
+    try:
+        await server.serve()
+    except SystemExit as error:
+        # A SystemExit escaping a task would stop the whole event loop.
+        raise ServerExited(f"uvicorn exited with code {error.code}") from None
+
+
 class _Running:
     def __init__(self, server: _EmbeddedServer, task: asyncio.Task[None], base_url: str) -> None:
         self.server = server
@@ -47,10 +59,7 @@ class _Running:
 
     async def stop(self) -> None:
         self.server.should_exit = True
-        try:
-            await self.task
-        except SystemExit as error:  # uvicorn exits the "process" on some failures
-            raise RuntimeError(f"uvicorn stopped with exit code {error.code}") from error
+        await self.task
 
 
 async def _start(app: Any, *, host: str, log_level: str | None, startup_timeout: float) -> _Running:
@@ -65,19 +74,19 @@ async def _start(app: Any, *, host: str, log_level: str | None, startup_timeout:
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     server = _EmbeddedServer(config)
-    task = asyncio.create_task(server.serve(), name="envckpt-uvicorn")
+    task = asyncio.create_task(_run(server), name="envckpt-uvicorn")
     loop = asyncio.get_running_loop()
     give_up = loop.time() + startup_timeout
     while not server.started:
         if task.done():
             try:
                 task.result()
-            except SystemExit as error:
-                raise RuntimeError(f"uvicorn failed to start (exit code {error.code})") from error
-            raise RuntimeError("uvicorn exited before it started")
+            except ServerExited as error:
+                raise ServerExited(f"uvicorn failed to start: {error}") from None
+            raise ServerExited("uvicorn exited before it started")
         if loop.time() > give_up:
             server.should_exit = True
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception):
                 await task
             raise RuntimeError(f"uvicorn did not start within {startup_timeout:.0f} s")
         await asyncio.sleep(0.005)

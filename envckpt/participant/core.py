@@ -396,9 +396,15 @@ class ParticipantCore:
     ) -> dict[str, Any]:
         """Export once, write records and manifest, then fire ``commit``."""
         checkpoint_id = write.checkpoint_id
+        if write.aborted:
+            # Resumed before this task first ran: leave no files behind at all.
+            raise ParticipantError(
+                "stale_checkpoint", f"commit {checkpoint_id} was aborted before publishing"
+            )
         wanted = self.hooks.live_episodes() if scope is None else frozenset(scope)
-        # Admission is closed and nothing is in flight, so the state is quiet
-        # while it is serialised on the event loop; only bytes go to the thread.
+        # Admission stays closed until this write ends or is aborted (and an
+        # aborted write never publishes), so the exported state stays quiet
+        # while the worker thread serialises it.
         exported_states = list(self.hooks.export(wanted))
         exported = tuple(sorted(episode for episode, _ in exported_states))
         extras = self.hooks.commit_extras(exported)

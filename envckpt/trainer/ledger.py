@@ -469,6 +469,10 @@ class RecoveryLedger:
             if rollout_id in seen:
                 new = replace(entry, attempt=entry.attempt + 1, status=_R, restored=True)
                 continued.append(self._put(new))
+            elif entry.status is _R and not entry.restored:
+                # Never sent, so no environment holds it: it simply waits to be
+                # sent, with no attempt to retire and no reason to re-mint.
+                continue
             elif entry.status in UNFINISHED:
                 self._drop(entry)
                 abandoned.append(self._put(replace(entry, status=_A, restored=False)))

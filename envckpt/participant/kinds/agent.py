@@ -41,7 +41,15 @@ from envckpt.participant.kinds.common import (
 )
 
 DEFAULT_PARK_POLL_SECONDS = 0.005
-TURN_KEYS = ("turn", "attempt", "observation", "action", "tool_observation", "value")
+TURN_KEYS = (
+    "turn",
+    "attempt",
+    "observation",
+    "action",
+    "tool_observation",
+    "value",
+    "application",
+)
 
 
 class ModelClient(Protocol):
@@ -154,7 +162,7 @@ def parse_session(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> Agen
             raise ValueError(f"turn {index} has attempt {attempt} out of order")
         last_attempt = attempt
         require_int(turn["value"], f"turn {index} value")
-        for name in ("observation", "action", "tool_observation"):
+        for name in ("observation", "action", "tool_observation", "application"):
             if not isinstance(turn[name], str):
                 raise ValueError(f"turn {index} {name} must be a string")
         if turn["observation"] != session.next_observation():
@@ -262,6 +270,8 @@ class AgentServer:
                     "action": action,
                     "tool_observation": _reply_text(effect, "observation"),
                     "value": _reply_value(effect),
+                    # Which application of the effect this turn kept (audit).
+                    "application": _reply_text(effect, "application"),
                 }
             )
             return None

@@ -13,6 +13,13 @@ carried over from an earlier attempt belongs to both.
     await model.finish({"episode": ep.to_wire()})   # rows leave with the finished rollout
 
 ``model.core`` is the participant core a transport serves (kind ``model``).
+
+With a ``staging_sink`` the model also ships each generation's token row to
+the trainer's data plane while the rollout runs (NeMo RL's TransferQueue):
+``generate`` awaits ``sink.stage(capture_key, staging_key, payload)`` after
+admission and before recording the key, so a key in the ledger (and so in a
+commit's ``staging_keys``) always names a row the data plane received. A
+failed stage fails the generation and records nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode
@@ -44,6 +51,17 @@ def policy_action(seed: int, rollout_id: str, turn: int, observation: str) -> st
     """The scripted policy: the same inputs always give the same action."""
     material = json.dumps([seed, rollout_id, turn, observation]).encode()
     return "act-" + hashlib.sha256(material).hexdigest()[:12]
+
+
+def staging_payload(turn: int, text: str) -> str:
+    """The token row of one generation: a pure function of the turn and its action."""
+    return json.dumps({"turn": turn, "text": text}, sort_keys=True, separators=(",", ":"))
+
+
+class StagingSink(Protocol):
+    """Where generated token rows go while the rollout runs (the trainer's data plane)."""
+
+    async def stage(self, capture_key: str, staging_key: str, payload: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +100,11 @@ class PolicyModelServer:
         instance: str | None = None,
         clock: Clock | None = None,
         latency: float = 0.0,
+        staging_sink: StagingSink | None = None,
     ) -> None:
         self.seed = seed
         self.latency = latency
+        self.staging_sink = staging_sink
         self._ledger: dict[EnvironmentEpisode, list[str]] = {}
         # How often a checkpoint cut generations, and how many were running then.
         self.admission_closes = 0
@@ -107,13 +127,30 @@ class PolicyModelServer:
                 # Retired while decoding: its rows must not reappear after retire freed them.
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
             key = staging_key(episode, turn)
+            text = policy_action(self.seed, episode.rollout_id, turn, observation)
+            if self.staging_sink is not None:
+                await self._stage(self.staging_sink, episode, key, staging_payload(turn, text))
             rows = self._ledger.setdefault(episode, [])
             if key not in rows:  # a discarded turn re-run by the same attempt rewrites its row
                 rows.append(key)
-            return {
-                "text": policy_action(self.seed, episode.rollout_id, turn, observation),
-                "staging_key": key,
-            }
+            return {"text": text, "staging_key": key}
+
+    async def _stage(
+        self, sink: StagingSink, episode: EnvironmentEpisode, key: str, payload: str
+    ) -> None:
+        try:
+            await sink.stage(episode.capture_key, key, payload)
+        except Exception as error:
+            # Even a sink's protocol error becomes checkpoint_error: the agent
+            # must not read the data plane's refusal as this model's admission
+            # or attempt state.
+            raise ParticipantError(
+                "checkpoint_error", f"staging row {key} failed: {type(error).__name__}: {error}"
+            ) from error
+        if not self.core.is_current(episode):
+            # Retired while staging: the data plane may hold an orphan row (the
+            # trainer clears those), but the ledger must not get it back.
+            raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
 
     async def finish(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The rollout ended: hand its rows to the caller and stop tracking them.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,9 @@ class ToolServer:
         self.seed = seed
         self.latency = latency
         self.audit: list[dict[str, Any]] = []
+        # Names this process in every effect it applies, so an audit log that
+        # outlives crashes can tell which process's application a result kept.
+        self.process_id = uuid.uuid4().hex[:12]
         self.audit_path = None if audit_path is None else Path(audit_path)
         self._sessions: dict[EnvironmentEpisode, ToolSession] = {}
         self.core = ParticipantCore(
@@ -155,15 +159,17 @@ class ToolServer:
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
             value = effect_value(self.seed, action)
             effect = Effect(effect_key(episode.rollout_id, turn), turn, value)
-            applied = self._apply(episode, effect)
+            application = f"{self.process_id}/{len(self.audit)}"
+            applied = self._apply(episode, effect, application)
             return {
                 "observation": tool_observation(turn, action, value),
                 "value": value,
                 "applied": applied,
                 "effect": effect.key,
+                "application": application,
             }
 
-    def _apply(self, episode: EnvironmentEpisode, effect: Effect) -> bool:
+    def _apply(self, episode: EnvironmentEpisode, effect: Effect, application: str) -> bool:
         if self.mode != "stateless":
             session = self._sessions.setdefault(episode, ToolSession())
             if session.has(effect.key):
@@ -175,6 +181,7 @@ class ToolServer:
             "turn": effect.turn,
             "effect": effect.key,
             "value": effect.value,
+            "application": application,
         }
         self.audit.append(entry)
         if self.audit_path is not None:
