@@ -36,6 +36,7 @@ from typing import TypeVar
 import structlog
 
 from envckpt.clock import Clock, SystemClock
+from envckpt.crashpoints import crashpoint
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     GymCheckpointUnavailable,
@@ -248,6 +249,7 @@ class GymEnvironmentCheckpoint:
         await self._retire_dropped(checkpoint_id)
         retired_at = clock.now()
 
+        crashpoint("snapshot.before_prepare")
         prepare_deadline = self._deadline(self.timeouts.prepare_seconds)
         prepared = await self._all(
             "prepare", lambda i: i.prepare(checkpoint_id, deadline_ts=prepare_deadline)
@@ -264,6 +266,7 @@ class GymEnvironmentCheckpoint:
                 blockers={iid: s.blockers for iid, s in blocked.items()},
             )
         SESSION.fire(session, "prepare", checkpoint_id=checkpoint_id)
+        crashpoint("snapshot.after_prepare")
         prepared_at = clock.now()
 
         renewer = asyncio.create_task(self._renew_forever(checkpoint_id))
@@ -323,6 +326,8 @@ class GymEnvironmentCheckpoint:
             iid = instance.instance_id
             scope = prepared[iid].continued(self.inventory.inventory(iid))
             summary = await instance.commit(checkpoint_id, str(path), scope, deadline_ts=deadline)
+            # The first instance done while others may still be writing.
+            crashpoint("snapshot.mid_commit")
             if summary.unowned_live_episodes:
                 log.warning(
                     "parked agent sessions no /run owns; they cannot be restored",

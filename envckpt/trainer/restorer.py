@@ -23,6 +23,7 @@ from pathlib import Path
 
 import structlog
 
+from envckpt.crashpoints import crashpoint
 from envckpt.errors import CorruptCheckpoint
 from envckpt.interfaces import EnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
@@ -96,6 +97,7 @@ class Restorer:
         except BaseException:
             plane.close()
             raise
+        crashpoint("restore.after")
         log.info(
             "restored",
             snapshot=path.name,

@@ -35,6 +35,7 @@ from pathlib import Path
 import structlog
 
 from envckpt.clock import Clock, SystemClock
+from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.ids import mint_checkpoint_id, validate_path_component
 from envckpt.interfaces import EnvironmentCheckpoint, MutationCut
@@ -117,11 +118,13 @@ class RolloutSnapshotter:
                 with self.dispatch.closed():
                     async with self.env.snapshot(temporary) as env_snapshot:
                         env_done = clock.now()
+                        crashpoint("snapshot.after_commit")
                         async with self.barrier.checkpoint() as cut:
                             cut_entered = clock.now()
                             if env_snapshot is not None:
                                 await env_snapshot.check_against_cut(cut)
                             written = await self._save_trainer_state(cut, temporary)
+                            crashpoint("snapshot.under_cut")
                         cut_left = clock.now()
                         metrics: dict[str, float] = {
                             "snapshot_env_seconds": env_done - paused_at,
@@ -153,6 +156,7 @@ class RolloutSnapshotter:
                             metrics=metrics,
                         )
                         log.info("snapshot published", path=str(published), pruned=pruned)
+                        crashpoint("snapshot.after_publish")
                         yield result
                     resumed_at = clock.now()
                     paused = resumed_at - paused_at
