@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     charts.add_argument(
         "--machine", choices=[table.name for table in ALL_TABLES], help="machine to overlay"
     )
+    charts.add_argument(
+        "--docs",
+        type=Path,
+        default=Path("docs"),
+        help="Markdown whose statechart regions are refilled and checked too (%(default)s)",
+    )
 
     # Declared for --help only: main() forwards the raw arguments before parsing.
     commands.add_parser("demo", help="run the crash-and-restore demo (arguments go to it)")
@@ -80,7 +86,7 @@ def _statecharts(args: argparse.Namespace) -> int:
         sys.stdout.write(statecharts.overlay(table, records))
         return 0
     if args.check:
-        problems = statecharts.check(directory)
+        problems = statecharts.check(directory) + statecharts.check_docs(args.docs)
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
@@ -91,7 +97,7 @@ def _statecharts(args: argparse.Namespace) -> int:
             return 1
         print(f"{directory}: statecharts up to date")
         return 0
-    changed = statecharts.write(directory)
+    changed = statecharts.write(directory) + statecharts.write_docs(args.docs)
     for path in changed:
         print(f"updated {path}")
     if not changed:

@@ -354,3 +354,62 @@ def _code_list(items: Iterable[str]) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+# ----------------------------------------------------------------- doc embeds
+
+# Markdown files in docs/ may hold regions that the generator fills with a
+# machine's chart, so the documentation shows exactly the table that runs:
+#
+#     <!-- statechart:instance_lifecycle -->
+#     ...generated mermaid block...
+#     <!-- /statechart -->
+_EMBED = re.compile(
+    r"(?P<open><!-- statechart:(?P<name>[a-z_]+) -->\n)"
+    r"(?P<body>.*?)"
+    r"(?P<close><!-- /statechart -->)",
+    re.DOTALL,
+)
+
+
+def embed(text: str, tables: Iterable[MachineTable] = ALL_TABLES) -> str:
+    """``text`` with every statechart region refilled from the tables."""
+    by_name = {table.name: table for table in tables}
+
+    def fill(match: re.Match[str]) -> str:
+        table = by_name.get(match["name"])
+        if table is None:
+            raise ValueError(f"statechart region names no machine: {match['name']!r}")
+        chart = mermaid(table)
+        return f"{match['open']}```mermaid\n{chart}```\n{match['close']}"
+
+    return _EMBED.sub(fill, text)
+
+
+def _embedding_docs(docs: Path) -> list[Path]:
+    if not docs.is_dir():
+        return []
+    return [path for path in sorted(docs.rglob("*.md")) if "<!-- statechart:" in path.read_text()]
+
+
+def write_docs(docs: Path, tables: Iterable[MachineTable] = ALL_TABLES) -> list[Path]:
+    """Refill the statechart regions of every Markdown file under ``docs``."""
+    tables = tuple(tables)
+    changed = []
+    for path in _embedding_docs(docs):
+        text = path.read_text()
+        updated = embed(text, tables)
+        if updated != text:
+            path.write_text(updated)
+            changed.append(path)
+    return changed
+
+
+def check_docs(docs: Path, tables: Iterable[MachineTable] = ALL_TABLES) -> list[str]:
+    """Docs whose statechart regions differ from the tables."""
+    tables = tuple(tables)
+    return [
+        f"{path}: embedded statechart out of date"
+        for path in _embedding_docs(docs)
+        if embed(path.read_text(), tables) != path.read_text()
+    ]
