@@ -283,10 +283,21 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _settle(self, outcome: Outcome) -> None:
         """Every participant is idle again; only a failed resume may need the lease."""
+        resume_failed = any(
+            route == "resume" and kind in DISRUPTING for kind, _, route in outcome.fired
+        )
+        self.unresumed = {
+            instance
+            for instance, adapter in self.adapters.items()
+            if INSTANCE_LIFECYCLE.destination(adapter.state, "resume") is not None
+        }
+        # An instance still holding a checkpoint open in the coordinator's view
+        # means every retry of its resume failed.
+        assert resume_failed or not self.unresumed, (self.unresumed, outcome.fired)
         stuck = [core for core in self._cores() if core.phase != "idle"]
         if not stuck:
             return
-        assert any(route == "resume" for _, _, route in outcome.fired), (
+        assert resume_failed, (
             f"participants left open without a resume fault: {[c.server_name for c in stuck]}"
         )
         lease = max(core.lease_expires_at for core in stuck)
@@ -294,9 +305,6 @@ class EngineMachine(RuleBasedStateMachine):
         for core in stuck:
             status = self.run(core.status)
             assert status["phase"] == "idle", (core.server_name, status)
-        for instance, adapter in self.adapters.items():
-            if INSTANCE_LIFECYCLE.destination(adapter.state, "resume") is not None:
-                self.unresumed.add(instance)
 
     def _sync_drops(self) -> None:
         """Drops the inventory no longer lists were retired everywhere."""

@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 import envckpt
+from envckpt.clock import FakeClock
 from envckpt.coordination.transport import CHECKPOINT_ROUTE_PREFIX
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
@@ -143,6 +144,20 @@ async def test_stopping_the_servers_fails_running_rollouts() -> None:
     finally:
         await servers.stop()
         await gym.aclose()
+
+
+async def test_each_served_core_runs_its_lease_watchdog() -> None:
+    """A participant left prepared past its lease reopens on its own, with no further call."""
+    clock = FakeClock()
+    async with GymServers(token=TOKEN, clock=clock, lease_check_seconds=1.0) as servers:
+        for core in servers.cores.values():
+            await core.prepare("abandoned", deadline_ts=clock.now() + 10)
+        assert {core.phase for core in servers.cores.values()} == {"prepared"}
+        clock.advance(servers.model.core.lease_grace + 60)
+        end = time.monotonic() + 5
+        while any(core.phase != "idle" for core in servers.cores.values()):
+            assert time.monotonic() < end, "a lease watchdog did not run"
+            await asyncio.sleep(0.01)
 
 
 def test_write_ready_file_is_plain_json(tmp_path: Path) -> None:
