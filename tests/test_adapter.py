@@ -253,3 +253,25 @@ async def test_retire_and_forget_are_legal_between_checkpoints() -> None:
     assert all(core.retire_mark("r1") == 0 for core in deployment.cores.values())
     await adapter.forget("c0", ["r1"], deadline_ts=far(deployment))
     assert all(core.retire_mark("r1") is None for core in deployment.cores.values())
+
+
+async def test_cancelled_prepare_leaves_the_instance_resumable() -> None:
+    """A prepare cancelled mid-way moves to failed, so the abort path resumes it."""
+    import asyncio
+
+    from envckpt.clock import FakeClock
+
+    # A clock that waits long enough for the cancellation to land mid-prepare.
+    deployment = Deployment(clock=FakeClock(settle_rounds=100_000))
+    adapter = await discovered(deployment)
+    agent = deployment.cores["agent"]
+    async with agent.admit(E1):
+        task = asyncio.create_task(adapter.prepare("c1", deadline_ts=far(deployment) + 1e9))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert adapter.state == "failed"
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert all(core.phase == "idle" for core in deployment.cores.values())

@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run everything in this process; the crash drops it in memory",
     )
+    parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument("--verbose", action="store_true", help="print every structured log event")
     return parser
 
@@ -58,10 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         directory=directory,
         snapshot_every=args.snapshot_every,
     )
-    from envckpt.demo.inprocess import run_demo
-
     try:
-        verdict, text = asyncio.run(run_demo(settings))
+        if args.in_process:
+            from envckpt.demo.inprocess import run_demo
+
+            verdict, text = asyncio.run(run_demo(settings))
+        else:
+            from envckpt.demo.processes import run_processes
+
+            verdict, text = run_processes(settings, ray=args.ray)
     finally:
         if temporary:
             shutil.rmtree(directory, ignore_errors=True)

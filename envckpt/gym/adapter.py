@@ -28,7 +28,6 @@ from envckpt.errors import (
     CorruptCheckpoint,
     GymCheckpointUnavailable,
     IncompatibleCheckpoint,
-    ProtocolViolation,
     UnsupportedDeployment,
 )
 from envckpt.gym import replies
@@ -121,7 +120,9 @@ class GymCheckpointAdapter:
                 result = await self._coordination.prepare(
                     self.participants, checkpoint_id, deadline_ts=deadline_ts
                 )
-        except GymCheckpointUnavailable:
+        except BaseException:
+            # Typed failures and cancellation alike: participants may have
+            # opened the checkpoint, so only resume (abort) may follow.
             self._fail("fail", checkpoint_id)
             raise
         self._fire("prepare" if result.prepared else "prepare_blocked", checkpoint_id)
@@ -185,7 +186,7 @@ class GymCheckpointAdapter:
                     deadline_ts=deadline_ts,
                 )
             summary = replies.commit_summary(self.participants, scope, raw)
-        except (GymCheckpointUnavailable, ProtocolViolation):
+        except BaseException:
             self._fail("fail", checkpoint_id)
             raise
         self._fire("commit", checkpoint_id)
@@ -226,7 +227,8 @@ class GymCheckpointAdapter:
             replies.check_restore_replies(
                 self.participants, scope, raw, source_checkpoint_id=source_checkpoint_id
             )
-        except (GymCheckpointUnavailable, ProtocolViolation, CorruptCheckpoint):
+        except BaseException:
+            # Including cancellation: some participants may hold restored state.
             self._fire("fail_restore", checkpoint_id)
             raise
         self._fire("restore", checkpoint_id)

@@ -81,7 +81,11 @@ class SnapshotLayout:
             return 0
         removed = 0
         for child in self.temporary.iterdir():
-            shutil.rmtree(child, ignore_errors=True)
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                # rmtree refuses files and symlinks (silently, with ignore_errors).
+                child.unlink(missing_ok=True)
             removed += 1
         return removed
 

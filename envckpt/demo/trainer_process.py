@@ -1,0 +1,266 @@
+"""The demo's training job as a process: trainer plus its Gym servers as children.
+
+    python -m envckpt.demo.trainer_process --config job.json --incarnation N [--crash-at P[:K]]
+
+It starts its token-row endpoint, launches one ``envckpt.gym.server`` process
+per Gym instance in its own process group, restores the newest usable
+snapshot (or starts fresh), and runs every rollout to completion with
+snapshots on a timer. ``--crash-at`` SIGKILLs the whole group (trainer and Gym
+servers, like a node failure) the K-th time the named crash point is reached.
+On success it writes ``results.json`` and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import structlog
+from fastapi import FastAPI
+
+from envckpt import crashpoints
+from envckpt.demo.events import EventLog
+from envckpt.demo.scenario import DemoSettings, make_tasks
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
+from envckpt.facade.instances import InstanceClient, LocalInstance
+from envckpt.fsutil import atomic_write_bytes
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.http_gym import HttpGym
+from envckpt.http.data_routes import rows_router
+from envckpt.http.serve import serve
+from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.job import RolloutJob, StagingRecorder
+from envckpt.trainer.restorer import Restorer
+from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
+from envckpt.trainer.snapshotter import SIDECAR_DIR, RolloutSnapshotter
+
+TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
+
+
+def load_settings(path: Path) -> DemoSettings:
+    raw = json.loads(path.read_text())
+    raw["directory"] = Path(raw["directory"])
+    return DemoSettings(**raw)
+
+
+def save_settings(settings: DemoSettings, path: Path) -> None:
+    raw = asdict(settings)
+    raw["directory"] = str(settings.directory)
+    atomic_write_bytes(path, json.dumps(raw, sort_keys=True, indent=1).encode())
+
+
+class _Rows:
+    """Receives token rows; forwards them once the ledger is restored."""
+
+    def __init__(self) -> None:
+        self.target: StagingRecorder | None = None
+
+    async def receive(self, capture_key: str, staging_key: str, payload: str) -> None:
+        if self.target is None:
+            raise RuntimeError("token row before the trainer restored its state")
+        await self.target.stage(capture_key, staging_key, payload)
+
+
+class HttpBackend:
+    """``RolloutBackend`` over Gym deployments served by other processes."""
+
+    def __init__(self, gyms: Mapping[str, HttpGym]) -> None:
+        self.gyms = gyms
+
+    async def run(
+        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await self.gyms[instance_id].run(episode, task)
+
+
+@contextlib.asynccontextmanager
+async def gym_processes(
+    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
+) -> AsyncIterator[dict[str, dict[str, str]]]:
+    """One ``envckpt.gym.server`` child per instance; yields instance -> server URLs."""
+    run_dir = settings.directory / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    children: list[subprocess.Popen[bytes]] = []
+    ready: dict[str, Path] = {}
+    env = dict(os.environ, ENVCKPT_GYM_TOKEN=token)
+    try:
+        for index, instance in enumerate(settings.instance_list()):
+            ready_file = run_dir / f"gym-{index}-{incarnation}.json"
+            ready_file.unlink(missing_ok=True)  # a killed server leaves its old one
+            ready[instance.instance_id] = ready_file
+            log = (run_dir / f"gym-{index}-{incarnation}.log").open("ab")
+            children.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "envckpt.gym.server",
+                        "--seed",
+                        str(settings.gym_seed()),
+                        "--audit",
+                        str(settings.directory / "audit.jsonl"),
+                        "--rows-url",
+                        rows_url,
+                        "--rows-token",
+                        token,
+                        "--tool-latency",
+                        str(settings.tool_latency),
+                        "--ready-file",
+                        str(ready_file),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        urls: dict[str, dict[str, str]] = {}
+        for instance_id, ready_file in ready.items():
+            for _ in range(600):
+                if ready_file.exists():
+                    break
+                if any(child.poll() is not None for child in children):
+                    raise RuntimeError("a Gym server process exited during startup")
+                await asyncio.sleep(0.05)
+            else:
+                raise TimeoutError(f"Gym server for {instance_id} did not start in 30 s")
+            urls[instance_id] = json.loads(ready_file.read_text())
+        yield urls
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+
+
+async def run_job(settings: DemoSettings, *, incarnation: int, token: str) -> int:
+    directory = settings.directory
+    events = EventLog(directory / "events.jsonl", incarnation=incarnation)
+    events.emit("started", pid=os.getpid())
+    rows = _Rows()
+    app = FastAPI()
+    app.include_router(rows_router(rows.receive, token=token))
+    async with (
+        serve(app) as trainer_url,
+        gym_processes(
+            settings, token=token, rows_url=f"{trainer_url}/rows", incarnation=incarnation
+        ) as urls,
+    ):
+        gyms = {iid: HttpGym(server_urls, token=token) for iid, server_urls in urls.items()}
+        instances: list[InstanceClient] = [
+            LocalInstance(
+                GymCheckpointAdapter(
+                    instance=instance, coordination=gyms[instance.instance_id].coordinator
+                )
+            )
+            for instance in settings.instance_list()
+        ]
+        facade = GymEnvironmentCheckpoint(
+            instances, timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0)
+        )
+        barrier = DataPlaneBarrier()
+        await facade.check_startup()
+        report = await Restorer(
+            directory / "snapshots", env_checkpoint=facade, barrier=barrier
+        ).restore(data_plane_path=directory / "live.sqlite")
+        facade.inventory = report.ledger
+        rows.target = StagingRecorder(
+            barrier=barrier, ledger=report.ledger, data_plane=report.data_plane
+        )
+        results = (
+            ResultStore.from_bytes((report.path / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes())
+            if report.path is not None
+            else ResultStore()
+        )
+        events.emit(
+            "restored",
+            snapshot=None if report.path is None else report.path.name,
+            continued=0 if report.plan is None else len(report.plan.continued),
+            abandoned=0 if report.plan is None else len(report.plan.abandoned),
+            refused=report.refused,
+            finished_before=len(results),
+        )
+        snapshotter = RolloutSnapshotter(
+            directory / "snapshots",
+            env_checkpoint=facade,
+            barrier=barrier,
+            ledger=report.ledger,
+            data_plane=report.data_plane,
+            keep_latest_k=settings.keep_latest_k,
+            sidecars={RESULTS_SIDECAR: results.to_bytes},
+        )
+
+        def progress(event: str, fields: Mapping[str, Any]) -> None:
+            if event == "snapshot":
+                result = fields["result"]
+                events.emit(
+                    "snapshot",
+                    checkpoint_id=result.checkpoint_id,
+                    metrics=result.metrics,
+                    exported=result.exported_episodes,
+                    restarted=result.restarted_rollouts,
+                )
+            elif event in ("sealed", "dispatched", "snapshot_failed"):
+                events.emit(event, **{k: v for k, v in fields.items() if k != "result"})
+
+        job = RolloutJob(
+            make_tasks(settings),
+            backend=HttpBackend(gyms),
+            ledger=report.ledger,
+            data_plane=report.data_plane,
+            barrier=barrier,
+            snapshotter=snapshotter,
+            results=results,
+            on_progress=progress,
+            max_in_flight_per_instance=settings.in_flight_per_instance,
+        )
+        await job.run(snapshot_every=settings.snapshot_every)
+        final = dict(results.items())
+        atomic_write_bytes(directory / "results.json", json.dumps(final, sort_keys=True).encode())
+        events.emit("done", finished=len(final))
+        for gym in gyms.values():
+            await gym.aclose()
+        report.data_plane.close()
+    events.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envckpt.demo.trainer_process")
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
+    args = parser.parse_args(argv)
+    settings = load_settings(args.config)
+    token = os.environ.get(TOKEN_ENV) or "envckpt-demo-token"
+    log_path = settings.directory / f"trainer-{args.incarnation}.log"
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.WriteLoggerFactory(file=log_path.open("a")),
+    )
+    if args.crash_at:
+        point, _, nth = args.crash_at.partition(":")
+        crashpoints.install(crashpoints.kill_at(point, nth=int(nth or 1)))
+    return asyncio.run(run_job(settings, incarnation=args.incarnation, token=token))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
