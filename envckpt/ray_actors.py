@@ -57,9 +57,22 @@ class GymInstanceActor:
     actor: one event loop serves control calls and rollouts alike).
     """
 
-    def __init__(self, instance: GymCheckpointInstance, config: GymConfig) -> None:
+    def __init__(
+        self,
+        instance: GymCheckpointInstance,
+        config: GymConfig,
+        *,
+        rows_url: str | None = None,
+        rows_token: str | None = None,
+    ) -> None:
         self._instance = instance
-        self._gym = SimulatedGym.from_config(config)
+        # The policy model ships token rows to the trainer while it generates.
+        sink = None
+        if rows_url is not None:
+            from envckpt.http.data_clients import HttpStagingSink  # the http extra
+
+            sink = HttpStagingSink(rows_url, rows_token or "")
+        self._gym = SimulatedGym.from_config(config, staging_sink=sink)
         self._local = LocalInstance(
             GymCheckpointAdapter(instance=instance, coordination=self._gym.coordinator)
         )
@@ -187,6 +200,15 @@ class GymInstanceActor:
         if running is not None and not running.done():
             raise ValueError(f"{episode.capture_key} is already running here")
         self._rollouts[episode] = self._gym.start(episode, dict(task))
+
+    async def run_rollout(
+        self, episode: EnvironmentEpisode, task: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Run one rollout attempt to its end and return its result (the trainer's dispatch)."""
+        await self.start_rollout(episode, task)
+        running = self._rollout(episode)
+        await asyncio.wait({running})
+        return self._outcome(episode, running)
 
     def _rollout(self, episode: EnvironmentEpisode) -> asyncio.Task[dict[str, Any]]:
         try:
@@ -428,6 +450,13 @@ class RayInstance:
         """Start one rollout attempt in the actor (it runs in the background there)."""
         await self._none("start_rollout", episode, dict(task))
 
+    async def run_rollout(
+        self, episode: EnvironmentEpisode, task: Mapping[str, Any], *, timeout: float = 3600.0
+    ) -> dict[str, Any]:
+        """Run one rollout attempt in the actor and return its result."""
+        result = await self._call("run_rollout", episode, dict(task), timeout=timeout)
+        return _as_dict(result, "run_rollout")
+
     async def rollout_result(self, episode: EnvironmentEpisode) -> dict[str, Any] | None:
         """The finished rollout's result, None while it runs; its error if it failed."""
         result = await self._call("rollout_result", episode)
@@ -463,6 +492,8 @@ def spawn_instances(
     namespace: str | None = None,
     actor_options: Mapping[str, Any] | None = None,
     slack_seconds: float = 5.0,
+    rows_url: str | None = None,
+    rows_token: str | None = None,
 ) -> list[RayInstance]:
     """Start one ``GymInstanceActor`` per instance and return their clients.
 
@@ -476,7 +507,9 @@ def spawn_instances(
         options: dict[str, Any] = {"max_restarts": 0, **(actor_options or {})}
         if namespace is not None:
             options.update(name=actor_name(instance), namespace=namespace)
-        handle = actor_class.options(**options).remote(instance, config)
+        handle = actor_class.options(**options).remote(
+            instance, config, rows_url=rows_url, rows_token=rows_token
+        )
         clients.append(RayInstance(handle, instance.instance_id, slack_seconds=slack_seconds))
     return clients
 

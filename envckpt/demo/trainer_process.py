@@ -40,7 +40,7 @@ from envckpt.gym.http_gym import HttpGym
 from envckpt.http.data_routes import rows_router
 from envckpt.http.serve import serve
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.job import RolloutJob, StagingRecorder
+from envckpt.trainer.job import RolloutBackend, RolloutJob, StagingRecorder
 from envckpt.trainer.restorer import Restorer
 from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
 from envckpt.trainer.snapshotter import SIDECAR_DIR, RolloutSnapshotter
@@ -147,19 +147,30 @@ async def gym_processes(
                 child.kill()
 
 
-async def run_job(settings: DemoSettings, *, incarnation: int, token: str) -> int:
-    directory = settings.directory
-    events = EventLog(directory / "events.jsonl", incarnation=incarnation)
-    events.emit("started", pid=os.getpid())
-    rows = _Rows()
-    app = FastAPI()
-    app.include_router(rows_router(rows.receive, token=token))
-    async with (
-        serve(app) as trainer_url,
-        gym_processes(
-            settings, token=token, rows_url=f"{trainer_url}/rows", incarnation=incarnation
-        ) as urls,
-    ):
+class RayBackend:
+    """``RolloutBackend`` over Gym deployments hosted in Ray actors."""
+
+    def __init__(self, instances: Mapping[str, Any]) -> None:
+        self.instances = instances
+
+    async def run(
+        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = await self.instances[instance_id].run_rollout(episode, task)
+        return result
+
+
+Hosted = tuple[list[InstanceClient], RolloutBackend]
+
+
+@contextlib.asynccontextmanager
+async def http_instances(
+    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
+) -> AsyncIterator[Hosted]:
+    """Gym servers as child processes, driven over HTTP."""
+    async with gym_processes(
+        settings, token=token, rows_url=rows_url, incarnation=incarnation
+    ) as urls:
         gyms = {iid: HttpGym(server_urls, token=token) for iid, server_urls in urls.items()}
         instances: list[InstanceClient] = [
             LocalInstance(
@@ -169,74 +180,139 @@ async def run_job(settings: DemoSettings, *, incarnation: int, token: str) -> in
             )
             for instance in settings.instance_list()
         ]
-        facade = GymEnvironmentCheckpoint(
-            instances, timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0)
-        )
-        barrier = DataPlaneBarrier()
-        await facade.check_startup()
-        report = await Restorer(
-            directory / "snapshots", env_checkpoint=facade, barrier=barrier
-        ).restore(data_plane_path=directory / "live.sqlite")
-        facade.inventory = report.ledger
-        rows.target = StagingRecorder(
-            barrier=barrier, ledger=report.ledger, data_plane=report.data_plane
-        )
-        results = (
-            ResultStore.from_bytes((report.path / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes())
-            if report.path is not None
-            else ResultStore()
-        )
-        events.emit(
-            "restored",
-            snapshot=None if report.path is None else report.path.name,
-            continued=0 if report.plan is None else len(report.plan.continued),
-            abandoned=0 if report.plan is None else len(report.plan.abandoned),
-            refused=report.refused,
-            finished_before=len(results),
-        )
-        snapshotter = RolloutSnapshotter(
-            directory / "snapshots",
-            env_checkpoint=facade,
-            barrier=barrier,
-            ledger=report.ledger,
-            data_plane=report.data_plane,
-            keep_latest_k=settings.keep_latest_k,
-            sidecars={RESULTS_SIDECAR: results.to_bytes},
-        )
+        try:
+            yield instances, HttpBackend(gyms)
+        finally:
+            for gym in gyms.values():
+                await gym.aclose()
 
-        def progress(event: str, fields: Mapping[str, Any]) -> None:
-            if event == "snapshot":
-                result = fields["result"]
-                events.emit(
-                    "snapshot",
-                    checkpoint_id=result.checkpoint_id,
-                    metrics=result.metrics,
-                    exported=result.exported_episodes,
-                    restarted=result.restarted_rollouts,
-                )
-            elif event in ("sealed", "dispatched", "snapshot_failed"):
-                events.emit(event, **{k: v for k, v in fields.items() if k != "result"})
 
-        job = RolloutJob(
-            make_tasks(settings),
-            backend=HttpBackend(gyms),
-            ledger=report.ledger,
-            data_plane=report.data_plane,
-            barrier=barrier,
-            snapshotter=snapshotter,
-            results=results,
-            on_progress=progress,
-            max_in_flight_per_instance=settings.in_flight_per_instance,
+@contextlib.asynccontextmanager
+async def ray_instances(
+    settings: DemoSettings, *, token: str, rows_url: str
+) -> AsyncIterator[Hosted]:
+    """One Ray actor per instance, each hosting its Gym deployment and adapter."""
+    import ray
+
+    from envckpt.gym.simulated import GymConfig
+    from envckpt.ray_actors import spawn_instances
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        config = GymConfig(
+            seed=settings.gym_seed(),
+            tool_latency=settings.tool_latency,
+            audit_path=str(settings.directory / "audit.jsonl"),
         )
+        clients = spawn_instances(
+            settings.instance_list(), config, rows_url=rows_url, rows_token=token
+        )
+        yield list(clients), RayBackend({c.instance_id: c for c in clients})
+    finally:
+        ray.shutdown()
+
+
+async def run_job(
+    settings: DemoSettings, *, incarnation: int, token: str, use_ray: bool = False
+) -> int:
+    """Restore (or start fresh), run every rollout to its end, write results.json."""
+    events = EventLog(settings.directory / "events.jsonl", incarnation=incarnation)
+    events.emit("started", pid=os.getpid(), ray=use_ray)
+    rows = _Rows()
+    app = FastAPI()
+    app.include_router(rows_router(rows.receive, token=token))
+    async with serve(app) as trainer_url:
+        rows_url = f"{trainer_url}/rows"
+        hosted = (
+            ray_instances(settings, token=token, rows_url=rows_url)
+            if use_ray
+            else http_instances(settings, token=token, rows_url=rows_url, incarnation=incarnation)
+        )
+        async with hosted as (instances, backend):
+            await _train(settings, events, rows, instances, backend)
+    events.close()
+    return 0
+
+
+async def _train(
+    settings: DemoSettings,
+    events: EventLog,
+    rows: _Rows,
+    instances: list[InstanceClient],
+    backend: RolloutBackend,
+) -> None:
+    directory = settings.directory
+    facade = GymEnvironmentCheckpoint(
+        instances, timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0)
+    )
+    barrier = DataPlaneBarrier()
+    await facade.check_startup()
+    report = await Restorer(
+        directory / "snapshots", env_checkpoint=facade, barrier=barrier
+    ).restore(data_plane_path=directory / "live.sqlite")
+    facade.inventory = report.ledger
+    rows.target = StagingRecorder(
+        barrier=barrier, ledger=report.ledger, data_plane=report.data_plane
+    )
+    results = (
+        ResultStore.from_bytes((report.path / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes())
+        if report.path is not None
+        else ResultStore()
+    )
+    events.emit(
+        "restored",
+        snapshot=None if report.path is None else report.path.name,
+        continued=0 if report.plan is None else len(report.plan.continued),
+        abandoned=0 if report.plan is None else len(report.plan.abandoned),
+        refused=report.refused,
+        finished_before=len(results),
+    )
+    snapshotter = RolloutSnapshotter(
+        directory / "snapshots",
+        env_checkpoint=facade,
+        barrier=barrier,
+        ledger=report.ledger,
+        data_plane=report.data_plane,
+        keep_latest_k=settings.keep_latest_k,
+        sidecars={RESULTS_SIDECAR: results.to_bytes},
+    )
+
+    def progress(event: str, fields: Mapping[str, Any]) -> None:
+        if event == "snapshot":
+            result = fields["result"]
+            events.emit(
+                "snapshot",
+                checkpoint_id=result.checkpoint_id,
+                metrics=result.metrics,
+                exported=result.exported_episodes,
+                restarted=result.restarted_rollouts,
+            )
+        elif event in ("sealed", "dispatched", "snapshot_failed"):
+            events.emit(event, **fields)
+
+    job = RolloutJob(
+        make_tasks(settings),
+        backend=backend,
+        ledger=report.ledger,
+        data_plane=report.data_plane,
+        barrier=barrier,
+        snapshotter=snapshotter,
+        results=results,
+        on_progress=progress,
+        max_in_flight_per_instance=settings.in_flight_per_instance,
+    )
+    try:
         await job.run(snapshot_every=settings.snapshot_every)
         final = dict(results.items())
         atomic_write_bytes(directory / "results.json", json.dumps(final, sort_keys=True).encode())
         events.emit("done", finished=len(final))
-        for gym in gyms.values():
-            await gym.aclose()
+    finally:
         report.data_plane.close()
-    events.close()
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
     parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
+    parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
     token = os.environ.get(TOKEN_ENV) or "envckpt-demo-token"
@@ -259,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.crash_at:
         point, _, nth = args.crash_at.partition(":")
         crashpoints.install(crashpoints.kill_at(point, nth=int(nth or 1)))
-    return asyncio.run(run_job(settings, incarnation=args.incarnation, token=token))
+    return asyncio.run(
+        run_job(settings, incarnation=args.incarnation, token=token, use_ray=args.ray)
+    )
 
 
 if __name__ == "__main__":
