@@ -152,8 +152,12 @@ def _audit_disagrees(results: Results, audit: Audit) -> None:
 
 
 def _claims_a_resume(results: Results, audit: Audit) -> None:
-    # Restores continued a number of rollouts; a result now claims one more.
-    _first(results)["resumed_from_turn"] = _first(results).get("resumed_from_turn", 0) + 99
+    # One result changes its claim: the count no longer matches what the restore continued.
+    for result in results.values():
+        if result.get("resumed_from_turn", 0) == 0:
+            result["resumed_from_turn"] = 3
+            return
+    _first(results)["resumed_from_turn"] = 0
 
 
 TAMPERINGS: dict[str, tuple[Callable[[Results, Audit], None], str]] = {
