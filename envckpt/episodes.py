@@ -12,6 +12,7 @@ rollout ids may not end in ``-a<N>``, the key parses back unambiguously.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,10 +47,7 @@ class EnvironmentEpisode:
         """Parse a capture key; raise ValueError for one no episode produces."""
         if not isinstance(capture_key, str):
             raise ValueError(f"capture key must be a string, got {capture_key!r}")
-        match = ATTEMPT_SUFFIX.fullmatch(capture_key)
-        if match is None:
-            return cls(capture_key, 0)
-        return cls(match["base"], int(match["attempt"]))
+        return _parse_capture_key(capture_key)
 
     def to_wire(self) -> dict[str, Any]:
         """The protocol's JSON form: both keys always present."""
@@ -63,6 +61,27 @@ class EnvironmentEpisode:
         return cls(value["rollout_id"], value["attempt"])
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _parse_capture_key(capture_key: str) -> EnvironmentEpisode:
+    # Cached: the same keys come back in every reply of every snapshot, and
+    # episodes are immutable, so a parsed one can be handed out again.
+    match = ATTEMPT_SUFFIX.fullmatch(capture_key)
+    if match is None:
+        return EnvironmentEpisode(capture_key, 0)
+    return EnvironmentEpisode(match["base"], int(match["attempt"]))
+
+
+def sort_key(episode: EnvironmentEpisode) -> tuple[str, int]:
+    """The episodes' order as a plain tuple: sorting with it avoids the
+    dataclass comparison methods, which rebuild tuples on every comparison."""
+    return (episode.rollout_id, episode.attempt)
+
+
+def sorted_episodes(episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
+    """``episodes`` deduplicated and in episode order."""
+    return tuple(sorted(set(episodes), key=sort_key))
+
+
 def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
     """Sorted capture keys of ``episodes``, the order the protocol replies in."""
     return sorted({episode.capture_key for episode in episodes})
@@ -70,4 +89,4 @@ def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
 
 def episodes_from_keys(keys: Iterable[str]) -> tuple[EnvironmentEpisode, ...]:
     """Sorted episodes parsed from capture keys."""
-    return tuple(sorted({EnvironmentEpisode.from_capture_key(key) for key in keys}))
+    return sorted_episodes(EnvironmentEpisode.from_capture_key(key) for key in keys)

@@ -216,8 +216,11 @@ async def test_snapshots_are_taken_periodically_while_the_job_runs(rig: Rig) -> 
     report = await rig.job(tasks, max_in_flight_per_instance=1).run(snapshot_every=0.15)
     assert report.snapshots, "no snapshot was taken during the run"
     assert report.snapshots == rig.snapshotter.history
-    assert rig.snapshotter.layout.latest() == report.snapshots[-1].checkpoint_id
+    # A snapshot still running when the last rollout seals is cancelled, possibly after it
+    # published; so LATEST may name one snapshot newer than the last one reported.
     verify_snapshot(report.snapshots[-1].path)
+    published = [path.name for path in rig.snapshotter.layout.published()]
+    assert report.snapshots[-1].checkpoint_id in published[:2]
     assert any(s.exported_episodes > 0 for s in report.snapshots)
     assert_finished_correctly(rig, tasks)
     taken = len(rig.snapshotter.history)

@@ -220,7 +220,7 @@ def _move(final: Path) -> Path:
     return other
 
 
-Damage = Callable[[Path], Path | None]
+Damage = Callable[[Path], object]
 REFUSALS: dict[str, tuple[Damage, str]] = {
     "no-manifest": (lambda d: (d / MANIFEST_NAME).unlink(), "unpublished"),
     "unreadable-manifest": (

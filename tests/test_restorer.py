@@ -196,7 +196,7 @@ def _records_file(snapshot: Path) -> Path:
     return next(snapshot.glob("gym-instances/*/replica-0/gym/agent/*/records-*.jsonl"))
 
 
-CORRUPTIONS: dict[str, Callable[[Path], None]] = {
+CORRUPTIONS: dict[str, Callable[[Path], object]] = {
     "ledger-byte": lambda s: _flip_byte(s / LEDGER_NAME),
     "dataplane-byte": lambda s: _flip_byte(s / DATA_PLANE_NAME),
     "records-byte": lambda s: _flip_byte(_records_file(s)),

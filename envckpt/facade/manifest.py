@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.instance import GymCheckpointInstance
@@ -53,10 +53,10 @@ class InstanceRecord:
             }
         )
         return cls(
-            episodes=tuple(sorted(exported)),
+            episodes=sorted_episodes(exported),
             staging_keys=tuple(kept),
             participants=summary.participants,
-            restarts=tuple(sorted(restarts)),
+            restarts=sorted_episodes(restarts),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def commit_summary(
             participants=tuple(sorted(participants.names)),
             staging_keys_by_episode={
                 EnvironmentEpisode.from_capture_key(key): tuple(sorted(keys))
-                for key, keys in sorted(keys_by_capture_key.items())
+                for key, keys in keys_by_capture_key.items()
             },
             unowned_live_episodes=episodes_from_keys(agent_session_keys - run_keys),
         )

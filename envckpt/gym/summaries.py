@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from envckpt.coordination.types import PrepareResult
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 
 # Gym's episode identity is the backend-neutral one the ledger uses.
 GymCheckpointEpisode = EnvironmentEpisode
@@ -64,7 +64,7 @@ class GymCheckpointPrepareSummary:
         return cls(
             prepared=result.prepared,
             blockers=result.blockers(),
-            restarts=tuple(sorted(result.restarts())),
+            restarts=sorted_episodes(result.restarts()),
         )
 
     def continued(self, episodes: tuple[EnvironmentEpisode, ...]) -> tuple[EnvironmentEpisode, ...]:

@@ -40,7 +40,7 @@ import structlog
 
 from envckpt.clock import Clock, SystemClock
 from envckpt.coordination.types import MODES, STAGES
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
@@ -406,7 +406,7 @@ class ParticipantCore:
         # aborted write never publishes), so the exported state stays quiet
         # while the worker thread serialises it.
         exported_states = list(self.hooks.export(wanted))
-        exported = tuple(sorted(episode for episode, _ in exported_states))
+        exported = sorted_episodes(episode for episode, _ in exported_states)
         extras = self.hooks.commit_extras(exported)
         keys = capture_keys(exported)
         records = [{"capture_key": e.capture_key, "state": s} for e, s in exported_states]

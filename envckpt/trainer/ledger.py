@@ -64,7 +64,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, EnvckptError, ProtocolViolation
 from envckpt.ids import validate_attempt, validate_rollout_id
 from envckpt.interfaces import MutationCut, RestoredEnvironmentRollouts
@@ -295,17 +295,15 @@ class RecoveryLedger:
 
     def inventory(self, instance_id: str) -> tuple[EnvironmentEpisode, ...]:
         """Dispatched current attempts, and restored attempts not yet re-sent, on the instance."""
-        return tuple(
-            sorted(
-                self._entries[rollout_id].episode
-                for rollout_id in self._by_instance.get(instance_id, ())
-                if self._entries[rollout_id].on_instance
-            )
+        return sorted_episodes(
+            self._entries[rollout_id].episode
+            for rollout_id in self._by_instance.get(instance_id, ())
+            if self._entries[rollout_id].on_instance
         )
 
     def dropped_attempts(self, instance_id: str) -> tuple[EnvironmentEpisode, ...]:
         """Attempts the trainer gave up on that the instance must retire."""
-        return tuple(sorted(self._dropped.get(instance_id, ())))
+        return sorted_episodes(self._dropped.get(instance_id, ()))
 
     def retired(self, instance_id: str, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         """The instance retired ``episodes``; stop reporting them as dropped."""
