@@ -1105,3 +1105,44 @@ async def test_forget_is_refused_while_open_and_renews_while_restored(
     assert before is not None
     await restored.forget("c1", deadline_ts=START + 5000, rollout_ids=["x"])
     assert restored.lease_expires_at == START + 5000 + GRACE
+
+
+async def test_a_second_restore_into_the_same_process_is_refused(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Restored state counts as traffic: another restore would mix two checkpoints."""
+    source = await committed_dir(tmp_path, clock)
+    core = make_core(clock)
+    await core.restore(
+        "rst-1", deadline_ts=clock.now() + 30, checkpoint_dir=str(source), episode_ids=[ep("r1")]
+    )
+    await core.resume("rst-1", deadline_ts=clock.now() + 30)
+    await refused(
+        "invalid_phase",
+        core.restore(
+            "rst-2", deadline_ts=clock.now() + 30, checkpoint_dir=str(source), episode_ids=[]
+        ),
+    )
+
+
+async def test_a_commit_retried_after_a_failed_write_writes_again(
+    tmp_path: Path, core: ParticipantCore, hooks: JsonStateHooks
+) -> None:
+    """A write that failed before publishing is redone by the retry, which then succeeds."""
+    await prepared_core(core, hooks)
+
+    def crash() -> None:
+        core.before_publish.remove(crash)
+        raise OSError("disk full")
+
+    core.before_publish.append(crash)
+    arguments = {
+        "deadline_ts": core.clock.now() + 30,
+        "checkpoint_dir": str(tmp_path / "ckpt"),
+        "episode_ids": [ep("r1"), ep("r2")],
+    }
+    await refused("checkpoint_error", core.commit("c1", **arguments))
+    assert core.phase == "prepared"
+    reply = await core.commit("c1", **arguments)
+    assert reply["phase"] == "committed" and core.phase == "committed"
+    assert reply["episode_ids"] == ["r1", "r2"]

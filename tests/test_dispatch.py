@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,31 @@ async def test_every_route_reaches_the_core(
     }
     status, body = await call(fresh, "restore", restore)
     assert (status, body["restored"], body["source_checkpoint_id"]) == (200, ["r1-a1"], "c1")
+
+
+async def test_a_logged_failure_never_shows_the_token(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unexpected hook failure is logged with a traceback that holds no bearer token."""
+    import structlog
+
+    class Exploding(JsonStateHooks):
+        def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+            raise RuntimeError("boom")
+
+    # Made at run time, so the rendered source lines cannot contain it.
+    secret = "token-" + uuid.uuid4().hex
+    core = ParticipantCore(server_name="agent", kind="agent", hooks=Exploding())
+    # The console renderer prints frame locals of a logged traceback.
+    structlog.configure(
+        processors=[structlog.dev.ConsoleRenderer()],
+        logger_factory=structlog.PrintLoggerFactory(),
+    )
+    try:
+        status, body = await dispatch.handle(
+            core, "GET", "status", None, authorization=f"Bearer {secret}", token=secret
+        )
+    finally:
+        structlog.reset_defaults()
+    assert (status, body["error"]["code"]) == (500, "checkpoint_error")
+    printed = capsys.readouterr().out
+    assert "boom" in printed
+    assert secret not in printed

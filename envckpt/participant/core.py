@@ -347,16 +347,15 @@ class ParticipantCore:
                         "checkpoint_conflict",
                         f"commit {checkpoint_id} was already sent with another directory or scope",
                     )
+                if _failed(write.task) and self.phase == "prepared":
+                    # The write failed before publishing (nothing is published
+                    # yet, so the directory is not restorable): write again.
+                    write = self._start_write(
+                        checkpoint_id, args, Path(checkpoint_dir), scope, stop
+                    )
             else:
                 self._check_commit_allowed(checkpoint_id, scope)
-                write = _CommitWrite(checkpoint_id, args)
-                write.task = asyncio.create_task(
-                    self._write(write, Path(checkpoint_dir), scope, stop)
-                )
-                # Nobody may collect a write that resume stopped: retrieve its
-                # outcome so asyncio does not warn about an unretrieved error.
-                write.task.add_done_callback(_retrieve_outcome)
-                self._commit = write
+                write = self._start_write(checkpoint_id, args, Path(checkpoint_dir), scope, stop)
             self._arm_lease(deadline_ts)
         timeout = max(0.0, deadline_ts - self.clock.now())
         done, _ = await asyncio.wait({write.task}, timeout=timeout)
@@ -366,6 +365,22 @@ class ParticipantCore:
                 f"commit {checkpoint_id} is still writing; retry to collect its result",
             )
         return write.task.result()
+
+    def _start_write(
+        self,
+        checkpoint_id: str,
+        args: tuple[str, tuple[str, ...] | None, bool],
+        checkpoint_dir: Path,
+        scope: tuple[EnvironmentEpisode, ...] | None,
+        stop: bool,
+    ) -> _CommitWrite:
+        write = _CommitWrite(checkpoint_id, args)
+        write.task = asyncio.create_task(self._write(write, checkpoint_dir, scope, stop))
+        # Nobody may collect a write that resume stopped: retrieve its
+        # outcome so asyncio does not warn about an unretrieved error.
+        write.task.add_done_callback(_retrieve_outcome)
+        self._commit = write
+        return write
 
     def _check_commit_allowed(
         self, checkpoint_id: str, scope: tuple[EnvironmentEpisode, ...] | None
@@ -500,6 +515,9 @@ class ParticipantCore:
                     episode.attempt + 1, self._latest_attempt.get(episode.rollout_id, 0)
                 )
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
+            # Installed state counts as traffic: a second restore into this
+            # process (under another id) would mix two checkpoints' state.
+            self._served_traffic = True
             self._checkpoint_id = checkpoint_id
             self._arm_lease(deadline_ts)
             reply = {
@@ -683,3 +701,7 @@ class ParticipantCore:
         candidate = deadline_ts + self.lease_grace
         previous = self._lease_expires_at
         self._lease_expires_at = candidate if previous is None else max(previous, candidate)
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is not None

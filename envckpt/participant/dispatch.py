@@ -62,9 +62,23 @@ async def handle(
     token: str,
 ) -> tuple[int, dict[str, Any]]:
     """Authenticate, validate and run one control request; never raises."""
+    if not authorized(authorization, token):
+        return _refusal(ParticipantError("unauthorized", "missing or wrong bearer token"))
+    # Authenticated. The secret stays in this frame only: the request runs in
+    # a frame that never held it, so a logged traceback (structlog renders
+    # frame locals) cannot show the token.
+    del authorization, token
+    return await _authenticated(core, method, route, body)
+
+
+def _refusal(error: ParticipantError) -> tuple[int, dict[str, Any]]:
+    return error.status, error.to_wire()
+
+
+async def _authenticated(
+    core: ParticipantCore, method: str, route: str, body: Any
+) -> tuple[int, dict[str, Any]]:
     try:
-        if not authorized(authorization, token):
-            raise ParticipantError("unauthorized", "missing or wrong bearer token")
         if route not in ROUTES:
             raise ParticipantError("invalid_request", f"unknown route {route!r}")
         if route == "status":
@@ -81,13 +95,12 @@ async def handle(
             raise ParticipantError("invalid_request", describe_validation(error)) from error
         return 200, await _call(core, route, request)
     except ParticipantError as error:
-        return error.status, error.to_wire()
+        return _refusal(error)
     except Exception as error:  # the envelope, never a bare 500 page
         structlog.get_logger("envckpt.participant").exception(
             "control call failed", server=core.server_name, route=route
         )
-        failure = ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
-        return failure.status, failure.to_wire()
+        return _refusal(ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}"))
 
 
 async def _call(core: ParticipantCore, route: str, request: ControlRequest) -> dict[str, Any]:
