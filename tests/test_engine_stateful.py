@@ -59,19 +59,22 @@ from support import Deployment
 
 settings.register_profile(
     "ci",
-    max_examples=30,
-    stateful_step_count=25,
+    max_examples=75,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
     "thorough",
     max_examples=500,
-    stateful_step_count=40,
+    stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-PROFILE = settings.get_profile(os.environ.get("ENVCKPT_HYPOTHESIS_PROFILE", "ci"))
+PROFILE_NAME = os.environ.get("ENVCKPT_HYPOTHESIS_PROFILE", "ci")
+PROFILE = settings.get_profile(PROFILE_NAME)
+# The thorough profile takes minutes; lift the suite's default per-test timeout for it.
+pytestmark = [pytest.mark.timeout(3600)] if PROFILE_NAME == "thorough" else []
 
 T = TypeVar("T")
 
@@ -414,6 +417,12 @@ class EngineMachine(RuleBasedStateMachine):
     def snapshot(self, trainer_raise: str | None, nested: bool, renew: bool) -> None:
         """Take a snapshot into a new directory; publish it only if everything succeeded."""
         self._snapshot(hold=None, trainer_raise=trainer_raise, nested=nested, renew=renew)
+
+    @rule(fault=snapshot_faults(), trainer_raise=st.sampled_from((None, None, "after_cut")))
+    def snapshot_under_fault(self, fault: FaultSpec, trainer_raise: str | None) -> None:
+        """Arm one fault and take a snapshot at once: it fails, or publishes what it should."""
+        self._inject(fault)
+        self._snapshot(hold=None, trainer_raise=trainer_raise, nested=False, renew=True)
 
     @precondition(lambda self: self.live)
     @rule(data=st.data())

@@ -147,7 +147,7 @@ def test_latest_names_the_newest_published_snapshot(layout: SnapshotLayout) -> N
 
 
 def test_published_lists_newest_first_by_manifest_time_then_name(layout: SnapshotLayout) -> None:
-    """Order is by created_at, ties by name; directories without a valid manifest come last."""
+    """Order is by created_at, ties by name; a directory without a valid manifest by its mtime."""
     assert layout.published() == []
     for checkpoint_id, created_at in (("b", 30.0), ("c", 10.0), ("a", 20.0), ("x", 40.0)):
         publish(layout, checkpoint_id, created_at)
@@ -155,14 +155,16 @@ def test_published_lists_newest_first_by_manifest_time_then_name(layout: Snapsho
     (layout.snapshots / "no-manifest").mkdir()
     (layout.snapshots / "garbage").mkdir()
     (layout.snapshots / "garbage" / MANIFEST_NAME).write_text("{not json")
+    os.utime(layout.snapshots / "no-manifest", (50.0, 50.0))
+    os.utime(layout.snapshots / "garbage", (15.0, 15.0))
     assert [path.name for path in layout.published()] == [
+        "no-manifest",
         "y",
         "x",
         "b",
         "a",
-        "c",
-        "no-manifest",
         "garbage",
+        "c",
     ]
 
 

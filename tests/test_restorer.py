@@ -241,11 +241,6 @@ async def test_a_corrupt_newest_snapshot_is_refused_whole_and_the_previous_one_u
         rig.plane.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SnapshotLayout.published() dates a directory without MANIFEST.json at 0.0, so "
-    "Restorer.choose() settles on an older snapshot first and never reports the damaged one",
-)
 async def test_a_snapshot_without_its_manifest_is_reported_as_refused(
     template: Template, run_dir: Path
 ) -> None:

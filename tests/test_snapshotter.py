@@ -569,11 +569,6 @@ class SlowResume:
         await self.inner.resume(checkpoint_id, deadline_ts=deadline_ts)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GymEnvironmentCheckpoint.snapshot does not finish (or abort) its resume when "
-    "cancelled there: instances stay committed and every later snapshot raises IllegalTransition",
-)
 async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_running(
     rig: Rig,
 ) -> None:

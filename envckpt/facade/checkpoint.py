@@ -28,10 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
@@ -232,16 +240,13 @@ class GymEnvironmentCheckpoint:
                 await self._abort(checkpoint_id, session)
                 raise
             await _stop(renewer)
-            await self._resume_all(checkpoint_id)
+            await _uncancellable(self._resume_all(checkpoint_id))
             SESSION.fire(session, "resume", checkpoint_id=checkpoint_id)
         finally:
             await _stop(renewer)
             self._active = None
 
-    async def _take(self, path: Path, checkpoint_id: str, session: object) -> _Taken:
-        from envckpt.machines.binding import MachineState
-
-        assert isinstance(session, MachineState)
+    async def _take(self, path: Path, checkpoint_id: str, session: MachineState) -> _Taken:
         clock = self._clock
         await self._all("discover", lambda i: i.discover())
 
@@ -352,7 +357,7 @@ class GymEnvironmentCheckpoint:
     async def _abort(self, checkpoint_id: str, session: MachineState) -> None:
         """Resume every instance that may hold the open checkpoint; never raises."""
         try:
-            await self._resume_all(checkpoint_id)
+            await _uncancellable(self._resume_all(checkpoint_id))
         except Exception as error:
             structlog.get_logger("envckpt.facade").warning(
                 "abort: resume failed; participants resume at lease expiry",
@@ -469,3 +474,19 @@ async def _stop(task: asyncio.Task[None] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
+
+
+async def _uncancellable(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile.
+
+    Resuming must not stop half-way: instances left committed would refuse
+    every later snapshot while the trainer already dispatches again. On
+    cancellation the work still finishes first, then the cancellation goes on.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise

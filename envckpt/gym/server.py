@@ -48,6 +48,7 @@ from envckpt.gym.simulated import (
     MODEL_SERVER,
     RESOURCES_SERVER,
     GymConfig,
+    build_model_and_tool,
     expected_transcript,
 )
 from envckpt.http.data_clients import HttpModelClient, HttpStagingSink, HttpToolClient
@@ -56,8 +57,7 @@ from envckpt.http.routes import DEFAULT_LEASE_CHECK_SECONDS, mount_participant
 from envckpt.http.serve import DEFAULT_HOST, serve, serve_many
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.kinds.agent import DEFAULT_PARK_POLL_SECONDS, AgentServer
-from envckpt.participant.kinds.model import PolicyModelServer, StagingSink
-from envckpt.participant.kinds.resources import ToolServer
+from envckpt.participant.kinds.model import StagingSink
 
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
 
@@ -134,21 +134,7 @@ class GymServers:
         self.clock = clock
         self.lease_check_seconds = lease_check_seconds
         self.host = host
-        self.model = PolicyModelServer(
-            server_name=MODEL_SERVER,
-            seed=config.seed,
-            clock=clock,
-            latency=config.model_latency,
-            staging_sink=staging_sink,
-        )
-        self.tool = ToolServer(
-            server_name=RESOURCES_SERVER,
-            mode=config.resources_mode,
-            seed=config.seed,
-            clock=clock,
-            latency=config.tool_latency,
-            audit_path=config.audit_path,
-        )
+        self.model, self.tool = build_model_and_tool(config, clock, staging_sink)
         self._agent: AgentServer | None = None
         self._urls: dict[str, str] | None = None
         self._stack: contextlib.AsyncExitStack | None = None

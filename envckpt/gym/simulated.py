@@ -87,6 +87,28 @@ def expected_transcript(rollout_id: str, task: Mapping[str, Any], *, seed: int) 
     return lines
 
 
+def build_model_and_tool(
+    config: GymConfig, clock: Clock, staging_sink: StagingSink | None
+) -> tuple[PolicyModelServer, ToolServer]:
+    """The policy model and tool servers of one deployment (shared with the HTTP servers)."""
+    model = PolicyModelServer(
+        server_name=MODEL_SERVER,
+        seed=config.seed,
+        clock=clock,
+        latency=config.model_latency,
+        staging_sink=staging_sink,
+    )
+    tool = ToolServer(
+        server_name=RESOURCES_SERVER,
+        mode=config.resources_mode,
+        seed=config.seed,
+        clock=clock,
+        latency=config.tool_latency,
+        audit_path=config.audit_path,
+    )
+    return model, tool
+
+
 class SimulatedGym:
     """One in-process Gym deployment and its coordinator."""
 
@@ -142,21 +164,7 @@ class SimulatedGym:
         self.faults = faults
         # Not part of the config: the trainer's data plane outlives a Gym process.
         self.staging_sink = staging_sink
-        self.model = PolicyModelServer(
-            server_name=MODEL_SERVER,
-            seed=config.seed,
-            clock=clock,
-            latency=config.model_latency,
-            staging_sink=staging_sink,
-        )
-        self.tool = ToolServer(
-            server_name=RESOURCES_SERVER,
-            mode=config.resources_mode,
-            seed=config.seed,
-            clock=clock,
-            latency=config.tool_latency,
-            audit_path=config.audit_path,
-        )
+        self.model, self.tool = build_model_and_tool(config, clock, staging_sink)
         self.agent = AgentServer(
             server_name=AGENT_SERVER,
             model=InProcessModelClient(self.model),

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 from envckpt.errors import CorruptCheckpoint
+from envckpt.fsutil import fsync_dir
 from envckpt.interfaces import MutationCut
 
 KIND = "envckpt.dataplane"
@@ -239,7 +240,7 @@ class SqliteDataPlane:
             # The copy is only valid for the section that asked for it.
             cut.require_live()
             os.replace(tmp, target)
-            _fsync_directory(target.parent)
+            fsync_dir(target.parent)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -295,7 +296,7 @@ class SqliteDataPlane:
             for suffix in ("-wal", "-shm", "-journal"):
                 Path(f"{target}{suffix}").unlink(missing_ok=True)
             os.replace(tmp, target)
-            _fsync_directory(target.parent)
+            fsync_dir(target.parent)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -352,14 +353,6 @@ def _backup_copy(source: Path, dest: Path) -> int:
 
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
     finally:

@@ -14,7 +14,6 @@ instance; the next snapshot retires the old attempt everywhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -125,18 +124,22 @@ class RolloutJob:
         order = [entry.rollout_id for entry in self.ledger.redispatch_order()]
         order += [rid for rid in self.tasks if rid not in order and rid not in self.results]
         rollouts = [asyncio.create_task(self._drive(rid), name=f"rollout {rid}") for rid in order]
+        finished = asyncio.Event()
         snapshots = (
-            asyncio.create_task(self._snapshot_forever(snapshot_every)) if snapshot_every else None
+            asyncio.create_task(self._snapshot_forever(snapshot_every, finished))
+            if snapshot_every
+            else None
         )
         try:
             await asyncio.gather(*rollouts)
         finally:
             for task in rollouts:
                 task.cancel()
+            finished.set()
             if snapshots is not None:
-                snapshots.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await snapshots
+                # A snapshot in progress is let finish (cancelling it mid-way
+                # would leave work for the next start); only the wait stops.
+                await asyncio.gather(snapshots, return_exceptions=True)
         return self.report
 
     async def snapshot_once(self) -> SnapshotResult | None:
@@ -153,9 +156,15 @@ class RolloutJob:
         self.on_progress("snapshot", {"result": result})
         return result
 
-    async def _snapshot_forever(self, every: float) -> None:
-        while True:
-            await self.clock.sleep(every)
+    async def _snapshot_forever(self, every: float, finished: asyncio.Event) -> None:
+        while not finished.is_set():
+            sleeping = asyncio.ensure_future(self.clock.sleep(every))
+            stopping = asyncio.ensure_future(finished.wait())
+            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            sleeping.cancel()
+            stopping.cancel()
+            if finished.is_set():
+                return
             await self.snapshot_once()
 
     async def _reserve_new(self) -> None:

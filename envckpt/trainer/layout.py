@@ -106,7 +106,12 @@ class SnapshotLayout:
             return []
         entries: list[tuple[float, str, Path]] = []
         for child in self.snapshots.iterdir():
+            # A directory whose manifest is missing or unreadable is ordered by
+            # its own time, so a damaged newest snapshot is tried (and refused,
+            # and reported) before the older ones.
             created = 0.0
+            with contextlib.suppress(OSError):
+                created = child.stat().st_mtime
             with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
                 created = float(json.loads((child / MANIFEST_NAME).read_bytes())["created_at"])
             entries.append((created, child.name, child))

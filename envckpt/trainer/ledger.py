@@ -57,7 +57,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -66,6 +65,7 @@ from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, EnvckptError, ProtocolViolation
+from envckpt.fsutil import atomic_write_bytes
 from envckpt.ids import validate_attempt, validate_rollout_id
 from envckpt.interfaces import MutationCut, RestoredEnvironmentRollouts
 from envckpt.inventory import SnapshotContents, verify_contents
@@ -555,19 +555,8 @@ class RecoveryLedger:
 
     def save(self, path: str | os.PathLike[str]) -> int:
         """Write the ledger to ``path`` atomically (temp, fsync, rename, fsync dir); return size."""
-        target = Path(path)
         data = self.to_bytes()
-        tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_directory(target.parent)
+        atomic_write_bytes(Path(path), data)
         return len(data)
 
     @classmethod
@@ -643,11 +632,3 @@ def _as_list(value: object, name: str) -> list[object]:
     if not isinstance(value, list):
         raise ValueError(f"{name} must be a list")
     return value
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

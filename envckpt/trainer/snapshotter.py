@@ -138,9 +138,17 @@ class RolloutSnapshotter:
                             created_at=clock.now(),
                             metrics=metrics,
                         )
-                        published = await asyncio.to_thread(
-                            self.layout.publish, temporary, manifest
+                        publishing = asyncio.ensure_future(
+                            asyncio.to_thread(self.layout.publish, temporary, manifest)
                         )
+                        try:
+                            published = await asyncio.shield(publishing)
+                        except asyncio.CancelledError:
+                            # The rename runs in a thread and cannot be stopped:
+                            # let it finish rather than delete the directory
+                            # under it. The snapshot is then published whole.
+                            published = await publishing
+                            raise
                         metrics["snapshot_publish_seconds"] = clock.now() - cut_left
                         metrics["snapshot_bytes"] = float(
                             sum(size for _, size in manifest.files.values())
