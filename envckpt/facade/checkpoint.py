@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -116,6 +117,8 @@ class GymEnvironmentCheckpoint:
         self._clock = clock or SystemClock()
         self.timeouts = timeouts or CheckpointTimeouts()
         self._active: str | None = None
+        # Instances whose resume failed every retry: instance id -> checkpoint id.
+        self._unresumed: dict[str, str] = {}
 
     @property
     def holds_rollout_state(self) -> bool:
@@ -249,6 +252,7 @@ class GymEnvironmentCheckpoint:
     async def _take(self, path: Path, checkpoint_id: str, session: MachineState) -> _Taken:
         clock = self._clock
         await self._all("discover", lambda i: i.discover())
+        await self._settle()
 
         started = clock.now()
         await self._retire_dropped(checkpoint_id)
@@ -349,7 +353,7 @@ class GymEnvironmentCheckpoint:
             await self._clock.sleep(self.timeouts.renew_interval_seconds)
             deadline = self._deadline(self.timeouts.commit_seconds)
             _, errors = await self._each(
-                lambda i, d=deadline: i.renew(checkpoint_id, deadline_ts=d)  # type: ignore[misc]
+                functools.partial(_renew_with, checkpoint_id=checkpoint_id, deadline_ts=deadline)
             )
             for iid, error in errors.items():
                 log.warning("lease renewal failed", instance_id=iid, error=str(error))
@@ -367,8 +371,14 @@ class GymEnvironmentCheckpoint:
         if SESSION.can_fire(session, "abort"):
             SESSION.fire(session, "abort", checkpoint_id=checkpoint_id)
 
-    async def _resume_all(self, checkpoint_id: str) -> None:
-        """Resume every instance whose state allows it, retrying failures."""
+    async def _resume_all(self, checkpoint_id: str | None) -> None:
+        """Resume every instance whose state allows it, retrying failures.
+
+        An instance whose resume failed every retry is remembered with its
+        checkpoint id (its participants resume themselves at lease expiry),
+        and resumed first by the next snapshot or restore (``_settle``).
+        ``checkpoint_id`` None resumes only those.
+        """
         errors: dict[str, BaseException] = {}
         for _ in range(max(1, self.timeouts.resume_attempts)):
             states, _ = await self._each(lambda i: i.state())
@@ -376,17 +386,32 @@ class GymEnvironmentCheckpoint:
                 self._instances[iid]
                 for iid, state in states.items()
                 if INSTANCE_LIFECYCLE.destination(state, "resume") is not None
+                and (checkpoint_id is not None or iid in self._unresumed)
             ]
             if not pending:
-                return
+                break
+            ids = {
+                i.instance_id: self._unresumed.get(i.instance_id, checkpoint_id or "")
+                for i in pending
+            }
             deadline = self._deadline(self.timeouts.control_seconds)
             _, errors = await self._each(
-                lambda i, d=deadline: i.resume(checkpoint_id, deadline_ts=d),  # type: ignore[misc]
-                pending,
+                functools.partial(_resume_with, ids=ids, deadline_ts=deadline), pending
             )
+            for instance in pending:
+                if instance.instance_id not in errors:
+                    self._unresumed.pop(instance.instance_id, None)
             if not errors:
-                return
-        raise _aggregate("resume", errors)
+                break
+        for iid in errors:
+            self._unresumed.setdefault(iid, checkpoint_id or "")
+        if errors:
+            raise _aggregate("resume", errors)
+
+    async def _settle(self) -> None:
+        """Before a new checkpoint: resume what an earlier one could not."""
+        if self._unresumed:
+            await self._resume_all(None)
 
     # ------------------------------------------------------------------ restore
 
@@ -400,6 +425,13 @@ class GymEnvironmentCheckpoint:
                 f"snapshot {manifest.checkpoint_id} holds instances {sorted(saved)}, "
                 f"but this run has {sorted(live)}"
             )
+        # Only a fresh deployment may restore: refuse before anything is sent.
+        states = await self._all("state", lambda i: i.state())
+        for iid, state in sorted(states.items()):
+            if state not in ("undiscovered", "discovered"):
+                raise IllegalTransition(
+                    machine=INSTANCE_LIFECYCLE.name, instance=iid, state=state, trigger="restore"
+                )
         await self._all("discover", lambda i: i.discover())
         names = await self._all("discover", lambda i: i.participant_names())
         for iid, record in sorted(manifest.instances.items()):
@@ -490,3 +522,13 @@ async def _uncancellable(work: Coroutine[Any, Any, None]) -> None:
         with contextlib.suppress(Exception):
             await task
         raise
+
+
+async def _resume_with(
+    instance: InstanceClient, *, ids: Mapping[str, str], deadline_ts: float
+) -> None:
+    await instance.resume(ids[instance.instance_id], deadline_ts=deadline_ts)
+
+
+async def _renew_with(instance: InstanceClient, *, checkpoint_id: str, deadline_ts: float) -> None:
+    await instance.renew(checkpoint_id, deadline_ts=deadline_ts)

@@ -234,42 +234,50 @@ class GymCheckpointAdapter:
         self._fire("restore", checkpoint_id)
 
     async def abandon_restore(
-        self, checkpoint_id: str, episodes: Iterable[EnvironmentEpisode], *, deadline_ts: float
+        self,
+        checkpoint_id: str,
+        episodes: Iterable[EnvironmentEpisode],
+        *,
+        deadline_ts: float,
+        retire_attempts: int = 3,
     ) -> None:
         """Drop what a restore installed: retire the next attempts, then resume.
 
-        Legal after a restore (kept or failed). Keeps going past a failed
-        retire so that resume still runs; raises the first failure after.
+        Legal after a restore (kept or failed). The retire is what frees the
+        restored state and fences it, so it is tried ``retire_attempts``
+        times; resume runs even if it never succeeded (the coordinator's own
+        rule), and the retire's failure is raised after.
         """
         scope = tuple(episodes)
         if self.state == "restored":
             # Remember the decision before any I/O: the restore is void now.
             self._fire("abandon_restore", checkpoint_id)
         _LIFECYCLE.check(self._machine, "retire")
-        first_error: GymCheckpointUnavailable | None = None
         replacements = [e.next_attempt() for e in scope]
-        try:
+        retire_id = checkpoint_id
+        failure: GymCheckpointUnavailable | None = None
+        for _ in range(max(1, retire_attempts)):
             try:
-                await self.retire(checkpoint_id, replacements, deadline_ts=deadline_ts)
+                await self.retire(retire_id, replacements, deadline_ts=deadline_ts)
             except GymCheckpointUnavailable as error:
-                if not _all_stale(error):
-                    raise
-                # The coordinator's own all-or-nothing cleanup already resumed
-                # (and so fenced) this id; retire again under a fresh one, in
-                # case its retire was the step that failed.
-                await self.retire(
-                    mint_checkpoint_id("cleanup"), replacements, deadline_ts=deadline_ts
-                )
-        except GymCheckpointUnavailable as error:
+                failure = error
+                if _all_stale(error):
+                    # The coordinator's own all-or-nothing cleanup already
+                    # resumed (so fenced) this id; retire under a fresh one,
+                    # in case its retire was the step that failed.
+                    retire_id = mint_checkpoint_id("cleanup")
+                continue
+            failure = None
+            break
+        if failure is not None:
             structlog.get_logger("envckpt.adapter").warning(
                 "abandon restore: retire failed",
                 instance_id=self._instance.instance_id,
-                failures=error.failures,
+                failures=failure.failures,
             )
-            first_error = error
         await self.resume(checkpoint_id, deadline_ts=deadline_ts)
-        if first_error is not None:
-            raise first_error
+        if failure is not None:
+            raise failure
 
     async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
         """Reopen every participant (also aborts). On failure the state stays, so
