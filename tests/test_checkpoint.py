@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -337,3 +338,21 @@ async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
         pass
     await world.facade.forget({A.instance_id: ["r1"]})
     assert world.deployments[A].cores["agent"].retire_mark("r1") is None
+
+
+async def test_a_slow_participant_fails_the_snapshot_and_everyone_resumes(tmp_path: Path) -> None:
+    """A participant slower than the prepare deadline fails the snapshot; nothing stays open."""
+    world = World()
+    await world.start(A, E1)
+    world.deployments[B].faults.add("slow", server="agent", route="prepare")
+    with pytest.raises(GymCheckpointUnavailable) as info:
+        async with world.facade.snapshot(tmp_path):
+            pytest.fail("the snapshot must not be yielded")
+    assert "no reply" in str(info.value)
+    for _ in range(50):  # let the late request land, then settle
+        await asyncio.sleep(0)
+    world.clock.advance(10_000)  # past every lease
+    for deployment in world.deployments.values():
+        for core in deployment.cores.values():
+            assert (await core.status())["phase"] == "idle"
+    await snapshot(world, tmp_path / "again")

@@ -4,6 +4,8 @@ A ``FaultPlan`` holds rules; each rule matches a server (or any) and a route
 (or any) and fires ``times`` times (``-1``: forever):
 
 * ``unreachable``: the request never arrives (connection refused).
+* ``slow``: the request reaches the participant only after the caller's
+  timeout ran out (so past its deadline); the caller sees a timeout.
 * ``drop_reply``: the request runs but its reply is lost (a timeout after the
   participant acted: the nastiest case for a coordinator).
 * ``error``: the server answers a plain-text HTTP 500 without the envelope,
@@ -18,7 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-FAULT_KINDS = ("unreachable", "drop_reply", "error", "crash_before_publish", "corrupt_records")
+FAULT_KINDS = (
+    "unreachable",
+    "slow",
+    "drop_reply",
+    "error",
+    "crash_before_publish",
+    "corrupt_records",
+)
 
 
 @dataclass(slots=True)

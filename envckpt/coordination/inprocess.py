@@ -11,6 +11,7 @@ applied here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
@@ -55,6 +56,25 @@ class InProcessTransport:
             raise KeyError(f"{server} is not a participant")
         return core
 
+    async def _deliver(
+        self,
+        core: ParticipantCore,
+        method: str,
+        route: str,
+        body: Mapping[str, Any] | None,
+        authorization: str | None,
+    ) -> tuple[int, dict[str, Any]]:
+        """The request as the participant's edge sees it: JSON in, through dispatch."""
+        wire_body = None if body is None else json.loads(json.dumps(body))
+        return await dispatch.handle(
+            core,
+            method,
+            route,
+            wire_body,
+            authorization=authorization or f"Bearer {self._token}",
+            token=self._token,
+        )
+
     async def request(
         self,
         server: str,
@@ -76,19 +96,18 @@ class InProcessTransport:
             return ControlReply(404, {"detail": "Not Found"})
         if self.faults.take(server, route, "error"):
             return ControlReply(500, None, raw="Internal Server Error")
+        if self.faults.take(server, route, "slow"):
+            # The participant is too slow: the caller gives up at its timeout,
+            # and the request still arrives, late, past its own deadline.
+            await core.clock.wait_for_event(asyncio.Event(), core.clock.now() + timeout)
+            late = asyncio.ensure_future(self._deliver(core, method, route, body, authorization))
+            late.add_done_callback(_ignore_outcome)
+            raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
         crash = None
         if route == "commit" and self.faults.take(server, route, "crash_before_publish"):
             crash = _crash_once(core)
             core.before_publish.append(crash)
-        wire_body = None if body is None else json.loads(json.dumps(body))
-        status, reply = await dispatch.handle(
-            core,
-            method,
-            route,
-            wire_body,
-            authorization=authorization or f"Bearer {self._token}",
-            token=self._token,
-        )
+        status, reply = await self._deliver(core, method, route, body, authorization)
         if crash is not None and crash in core.before_publish and not _still_writing(reply):
             # This commit started no write (refused, or a replay of a finished
             # one): the crash must not linger and hit some later commit.
@@ -109,6 +128,11 @@ class InProcessTransport:
 def _still_writing(reply: Mapping[str, Any]) -> bool:
     error = reply.get("error")
     return isinstance(error, Mapping) and error.get("code") == "deadline_exceeded"
+
+
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _crash_once(core: ParticipantCore) -> Any:
