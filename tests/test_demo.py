@@ -181,3 +181,23 @@ def test_the_judge_fails_every_tampering(demo_run: DemoRun, tampering: str) -> N
     assert not verdict.passed
     assert check in _failed(verdict), verdict.render()
     assert "VERDICT: FAIL" in verdict.render()
+
+
+def test_the_process_demo_passes_its_verdict(tmp_path: Path) -> None:
+    """The default demo (processes, SIGKILL, fresh processes) passes on small settings."""
+    out = io.StringIO()
+    with (
+        restored_logging(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        code = envckpt.demo.main(
+            ["--instances", "2", "--rollouts", "8", "--seed", "2", "--dir", str(tmp_path)]
+        )
+    text = out.getvalue()
+    assert code == 0, text
+    assert "VERDICT: PASS" in text
+    assert "SIGKILL after" in text
+    assert json.loads((tmp_path / "results.json").read_text()).keys() == {
+        task.rollout_id for task in make_tasks(DemoSettings(instances=2, rollouts=8, seed=2))
+    }
