@@ -7,6 +7,7 @@ cores of one Gym instance behind an ``InProcessTransport``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,8 @@ class Deployment:
     )
     non_participants: tuple[str, ...] = ("judge",)
     faults: FaultPlan = field(default_factory=FaultPlan)
+    # Over real HTTP (uvicorn, FastAPI routes, httpx) instead of direct calls.
+    http: bool = False
 
     def __post_init__(self) -> None:
         self.hooks = {name: DictHooks(kind) for name, kind, _ in self.kinds}
@@ -103,7 +106,10 @@ class Deployment:
         }
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         servers.update({name: None for name in self.non_participants})
-        self.transport = InProcessTransport(servers, token=TOKEN, faults=self.faults)
+        self.loopback = LoopbackHttp(servers, token=TOKEN) if self.http else None
+        self.transport = InProcessTransport(
+            servers, token=TOKEN, faults=self.faults, deliver=self.loopback
+        )
         self.coordinator = Coordinator(self.transport, clock=self.clock)
 
     async def start(self, episode: EnvironmentEpisode, turn: int = 1) -> None:
@@ -118,5 +124,71 @@ class Deployment:
     def fresh(self) -> Deployment:
         """A new process of the same deployment (nothing served yet)."""
         return Deployment(
-            clock=self.clock, kinds=self.kinds, non_participants=self.non_participants
+            clock=self.clock,
+            kinds=self.kinds,
+            non_participants=self.non_participants,
+            http=self.http,
         )
+
+
+class LoopbackHttp:
+    """Delivers control requests over real HTTP to the cores, served in this loop.
+
+    Plugged into ``InProcessTransport(deliver=...)``, so a ``Deployment`` keeps
+    its fault plan while every request crosses uvicorn, the FastAPI routes and
+    httpx. The servers start on the first request and live as long as the
+    event loop that started them (each hypothesis example has its own).
+    """
+
+    # Requests delivered over HTTP by every instance (tests check it is not zero).
+    delivered = 0
+
+    def __init__(self, cores: Mapping[str, ParticipantCore | None], *, token: str) -> None:
+        self._cores = dict(cores)
+        self._token = token
+        self._transport: Any = None
+        self._names: dict[int, str] = {}
+        self._stack: Any = None
+        self._starting: asyncio.Future[None] | None = None
+
+    async def _start(self) -> None:
+        import contextlib
+
+        from fastapi import FastAPI
+
+        from envckpt.http.client import HttpTransport
+        from envckpt.http.routes import mount_participant
+        from envckpt.http.serve import serve_many
+
+        names = sorted(self._cores)
+        apps = []
+        for name in names:
+            app = FastAPI()
+            core = self._cores[name]
+            if core is not None:
+                # No watchdog: the fake clock's leases are checked on each call.
+                mount_participant(app, core, token=self._token, lease_check_seconds=None)
+            apps.append(app)
+        self._stack = contextlib.AsyncExitStack()
+        urls = await self._stack.enter_async_context(serve_many(apps))
+        self._transport = HttpTransport(dict(zip(names, urls, strict=True)), token=self._token)
+        self._names = {id(core): name for name, core in self._cores.items() if core is not None}
+
+    async def __call__(
+        self, core: ParticipantCore, method: str, route: str, body: Mapping[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        if self._starting is None:
+            # Concurrent first requests start the servers once.
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+        reply = await self._transport.request(
+            self._names[id(core)], method, route, body, timeout=60.0
+        )
+        LoopbackHttp.delivered += 1
+        return reply.status, reply.body if isinstance(reply.body, dict) else {}
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()
+        if self._stack is not None:
+            await self._stack.aclose()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,11 @@ from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.participant import dispatch, store
 from envckpt.participant.core import ParticipantCore
+
+# (core, method, route, body) -> (status, reply body), for a non-default delivery.
+Deliver = Callable[
+    [ParticipantCore, str, str, Mapping[str, Any] | None], Awaitable[tuple[int, dict[str, Any]]]
+]
 
 
 class SimulatedCrash(Exception):
@@ -41,11 +46,16 @@ class InProcessTransport:
         *,
         token: str,
         faults: FaultPlan | None = None,
+        deliver: Deliver | None = None,
     ) -> None:
         self._servers = dict(servers)
         self._token = dispatch.check_token(token)
         self.faults = faults if faults is not None else FaultPlan()
         self.requests = 0
+        # How a request reaches a participant: directly through its dispatch
+        # edge by default; a test can route it over real HTTP instead and keep
+        # the same faults.
+        self._deliver_to = deliver
 
     def server_names(self) -> tuple[str, ...]:
         return tuple(sorted(self._servers))
@@ -65,6 +75,8 @@ class InProcessTransport:
         authorization: str | None,
     ) -> tuple[int, dict[str, Any]]:
         """The request as the participant's edge sees it: JSON in, through dispatch."""
+        if self._deliver_to is not None:
+            return await self._deliver_to(core, method, route, body)
         wire_body = None if body is None else json.loads(json.dumps(body))
         return await dispatch.handle(
             core,
