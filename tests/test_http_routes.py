@@ -784,3 +784,27 @@ async def test_lease_watchdog_reopens_an_abandoned_participant() -> None:
             await asyncio.sleep(0.02)
         assert core.phase == "idle"
         await expect(d, "agent", "prepare", body(cid), code="stale_checkpoint", status=409)
+
+
+async def test_a_directory_reused_for_another_checkpoint_is_refused(
+    one_agent: Deployment, tmp_path: Path
+) -> None:
+    """Committing a second checkpoint into a published directory is 422 and changes nothing."""
+    d = one_agent
+    await play_turns(d, "agent")
+    first = new_id()
+    assert (await d.post("agent", "prepare", body(first))).status == 200
+    commit = body(first, checkpoint_dir=str(tmp_path), episode_ids=wire(*EPISODES))
+    assert (await d.post("agent", "commit", commit)).status == 200
+    assert (await d.post("agent", "resume", body(first))).status == 200
+    published = participant_dir(tmp_path, "agent", "agent")
+    before = {path.name: path.read_bytes() for path in published.iterdir()}
+
+    second = new_id()
+    assert (await d.post("agent", "prepare", body(second))).status == 200
+    reused = body(second, checkpoint_dir=str(tmp_path), episode_ids=wire(*EPISODES))
+    detail = await expect(d, "agent", "commit", reused, code="invalid_checkpoint_state", status=422)
+    assert "already published" in detail
+    assert await d.phase("agent") == "prepared"
+    assert {path.name: path.read_bytes() for path in published.iterdir()} == before
+    assert json.loads((published / MANIFEST_NAME).read_text())["checkpoint_id"] == first
