@@ -29,6 +29,10 @@ from envckpt.errors import IllegalTransition
 from envckpt.machines.table import MachineTable
 
 
+# A lazy proxy: nothing is bound or configured at import time.
+_LOG = structlog.get_logger("envckpt.transitions")
+
+
 class MachineState:
     """The running state of one model of a table (one instance, one participant)."""
 
@@ -111,7 +115,7 @@ class BoundMachine:
             elapsed=round(now - model.entered_at, 6),
         )
         model.entered_at = now
-        structlog.get_logger("envckpt.transitions").info(
+        _LOG.info(
             "transition",
             machine=record.machine,
             instance_id=record.instance_id,
