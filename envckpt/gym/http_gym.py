@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 from envckpt.clock import Clock
@@ -21,10 +20,11 @@ from envckpt.coordination.coordinator import Coordinator
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.gym.simulated import AGENT_SERVER
 from envckpt.http.client import HttpTransport
+from envckpt.http.closing import AsyncCloseable
 from envckpt.http.data_clients import DEFAULT_RUN_TIMEOUT, HttpAgentClient
 
 
-class HttpGym:
+class HttpGym(AsyncCloseable):
     """Control transport, coordinator and agent client of one Gym deployment."""
 
     def __init__(
@@ -61,14 +61,3 @@ class HttpGym:
             await self.agent.aclose()
         finally:
             await self.transport.aclose()
-
-    async def __aenter__(self) -> HttpGym:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()

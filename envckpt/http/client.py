@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +35,7 @@ from envckpt.coordination.transport import (
     ControlReply,
     TransportFailure,
 )
+from envckpt.http.closing import AsyncCloseable
 
 DEFAULT_MAX_CONNECTIONS = 64
 # A connection attempt never waits longer than this, so connect retries fit
@@ -116,7 +116,7 @@ def nemo_gym_server_urls(global_config_dict: Mapping[str, Any]) -> dict[str, str
     return urls
 
 
-class HttpTransport:
+class HttpTransport(AsyncCloseable):
     """``ControlTransport`` to servers named by base URL, with its own connection pool."""
 
     def __init__(
@@ -229,17 +229,6 @@ class HttpTransport:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-    async def __aenter__(self) -> HttpTransport:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _reply(response: httpx.Response) -> ControlReply:

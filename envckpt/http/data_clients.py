@@ -22,14 +22,14 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ERROR_STATUS, ParticipantError
+from envckpt.http.closing import AsyncCloseable
 
 DEFAULT_CALL_TIMEOUT = 600.0
 # A whole rollout, parked through snapshots included.
@@ -76,7 +76,7 @@ def error_from_reply(status: int, text: str) -> ParticipantError:
     return ParticipantError("checkpoint_error", f"HTTP {status} {excerpt}")
 
 
-class _JsonPoster:
+class _JsonPoster(AsyncCloseable):
     """POST a JSON object, get a JSON object back; errors raised as described above."""
 
     def __init__(
@@ -139,17 +139,6 @@ class _JsonPoster:
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 class _ServerClient(_JsonPoster):

@@ -28,7 +28,6 @@ from transitions import Machine, MachineError
 from envckpt.errors import IllegalTransition
 from envckpt.machines.table import MachineTable
 
-
 # A lazy proxy: nothing is bound or configured at import time.
 _LOG = structlog.get_logger("envckpt.transitions")
 
