@@ -1146,3 +1146,36 @@ async def test_a_commit_retried_after_a_failed_write_writes_again(
     reply = await core.commit("c1", **arguments)
     assert reply["phase"] == "committed" and core.phase == "committed"
     assert reply["episode_ids"] == ["r1", "r2"]
+
+
+async def test_restored_attempts_left_out_of_a_commit_scope_are_retired(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A restored attempt that never ran and is out of the next commit's scope is fenced."""
+    source = await committed_dir(tmp_path, clock)
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await core.restore(
+        "rst-1",
+        deadline_ts=clock.now() + 30,
+        checkpoint_dir=str(source),
+        episode_ids=[ep("r1"), ep("r2", 1)],
+    )
+    await core.resume("rst-1", deadline_ts=clock.now() + 30)
+    assert (await core.prepare("c2", deadline_ts=clock.now() + 30))["phase"] == "prepared"
+    reply = await core.commit(
+        "c2",
+        deadline_ts=clock.now() + 30,
+        checkpoint_dir=str(tmp_path / "next"),
+        episode_ids=[ep("r1", 1)],
+    )
+    assert reply["episode_ids"] == ["r1-a1"]
+    assert set(hooks.states) == {ep("r1", 1)}
+    assert core.retire_mark("r2") == 2
+    await core.resume("c2", deadline_ts=clock.now() + 30)
+    await refused("stale_attempt", _enter(core, ep("r2", 2)))
+
+
+async def _enter(core: ParticipantCore, episode: EnvironmentEpisode) -> None:
+    async with core.admit(episode):
+        pass

@@ -122,6 +122,8 @@ class ParticipantCore:
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._served_traffic = False
         self._retire_marks: dict[str, int] = {}
+        # Attempts a restore installed that no call has touched yet.
+        self._unstarted: set[EnvironmentEpisode] = set()
         self._latest_attempt: dict[str, int] = {}
         self._in_flight: dict[EnvironmentEpisode, int] = {}
         self._prepare_reply: dict[str, Any] | None = None
@@ -218,6 +220,7 @@ class ParticipantCore:
                 episode.attempt, self._latest_attempt.get(episode.rollout_id, 0)
             )
             self._in_flight[episode] = self._in_flight.get(episode, 0) + 1
+            self._unstarted.discard(episode)
         try:
             yield
         finally:
@@ -464,6 +467,15 @@ class ParticipantCore:
         async with self._lock:
             if self._commit is write and self.phase == "prepared":
                 _PHASES.fire(self._phase, "commit", checkpoint_id=checkpoint_id)
+            # Restored attempts that never ran and that the scope leaves out
+            # will not be continued: fence them and free their state.
+            dropped = () if scope is None else tuple(sorted(self._unstarted - set(scope)))
+            for episode in dropped:
+                mark = self._retire_marks.get(episode.rollout_id, -1)
+                self._retire_marks[episode.rollout_id] = max(mark, episode.attempt)
+            self._unstarted.difference_update(dropped)
+        if dropped:
+            await self.hooks.retire(dropped)
         if stop:
             self.hooks.release_exported()
         return reply
@@ -510,6 +522,7 @@ class ParticipantCore:
             # Everything validated; past here nothing may fail half-way.
             self._check_deadline(deadline_ts, "restore")
             self.hooks.install(plans)
+            self._unstarted.update(episode for episode, _ in plans)
             for episode in scope:
                 self._latest_attempt[episode.rollout_id] = max(
                     episode.attempt + 1, self._latest_attempt.get(episode.rollout_id, 0)
