@@ -26,22 +26,9 @@ from envckpt.facade.instances import LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.simulated import GymConfig, SimulatedGym
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.job import RolloutJob, RolloutTask, StagingRecorder
-from envckpt.trainer.restorer import Restorer, RestoreReport
-from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
-from envckpt.trainer.snapshotter import SIDECAR_DIR, RolloutSnapshotter
-
-
-class _LateRecorder:
-    """A staging sink whose ledger and data plane are attached after restore."""
-
-    def __init__(self) -> None:
-        self.target: StagingRecorder | None = None
-
-    async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
-        if self.target is None:
-            raise RuntimeError("staging before the trainer restored its state")
-        await self.target.stage(capture_key, staging_key, payload)
+from envckpt.trainer.job import RolloutJob, RolloutTask
+from envckpt.trainer.restorer import RestoreReport
+from envckpt.trainer.startup import PendingStaging, start_trainer
 
 
 class SimulatedBackend:
@@ -73,7 +60,7 @@ class Incarnation:
         self.number = number
         root = settings.directory
         self.clock = SystemClock()
-        self.recorder = _LateRecorder()
+        self.recorder = PendingStaging()
         self.gyms: dict[str, SimulatedGym] = {}
         for instance in settings.instance_list():
             gym = SimulatedGym.from_config(
@@ -101,41 +88,21 @@ class Incarnation:
         self.job: RolloutJob | None = None
 
     async def restore(self) -> RestoreReport:
-        await self.facade.check_startup()
-        restorer = Restorer(self.snapshot_root, env_checkpoint=self.facade, barrier=self.barrier)
-        report = await restorer.restore(data_plane_path=self.settings.directory / "live.sqlite")
-        self.report = report
-        self.facade.inventory = report.ledger
-        self.recorder.target = StagingRecorder(
-            barrier=self.barrier, ledger=report.ledger, data_plane=report.data_plane
-        )
-        results = ResultStore()
-        if report.path is not None:
-            results = ResultStore.from_bytes(
-                (report.path / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes()
-            )
-        snapshotter = RolloutSnapshotter(
-            self.snapshot_root,
-            env_checkpoint=self.facade,
-            barrier=self.barrier,
-            ledger=report.ledger,
-            data_plane=report.data_plane,
-            keep_latest_k=self.settings.keep_latest_k,
-            sidecars={RESULTS_SIDECAR: results.to_bytes},
-            clock=self.clock,
-        )
-        self.job = RolloutJob(
+        started = await start_trainer(
             self.tasks,
+            facade=self.facade,
             backend=SimulatedBackend(self.gyms),
-            ledger=report.ledger,
-            data_plane=report.data_plane,
             barrier=self.barrier,
-            snapshotter=snapshotter,
-            results=results,
-            clock=self.clock,
+            root=self.snapshot_root,
+            data_plane_path=self.settings.directory / "live.sqlite",
+            staging=self.recorder,
+            keep_latest_k=self.settings.keep_latest_k,
             max_in_flight_per_instance=self.settings.in_flight_per_instance,
+            clock=self.clock,
         )
-        return report
+        self.report = started.report
+        self.job = started.job
+        return started.report
 
     async def crash(self) -> None:
         """Lose every process: running rollouts die, only files survive."""

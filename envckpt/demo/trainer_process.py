@@ -40,10 +40,8 @@ from envckpt.gym.http_gym import HttpGym
 from envckpt.http.data_routes import rows_router
 from envckpt.http.serve import serve
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.job import RolloutBackend, RolloutJob, StagingRecorder
-from envckpt.trainer.restorer import Restorer
-from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
-from envckpt.trainer.snapshotter import SIDECAR_DIR, RolloutSnapshotter
+from envckpt.trainer.job import RolloutBackend
+from envckpt.trainer.startup import PendingStaging, start_trainer
 
 TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
 
@@ -58,18 +56,6 @@ def save_settings(settings: DemoSettings, path: Path) -> None:
     raw = asdict(settings)
     raw["directory"] = str(settings.directory)
     atomic_write_bytes(path, json.dumps(raw, sort_keys=True, indent=1).encode())
-
-
-class _Rows:
-    """Receives token rows; forwards them once the ledger is restored."""
-
-    def __init__(self) -> None:
-        self.target: StagingRecorder | None = None
-
-    async def receive(self, capture_key: str, staging_key: str, payload: str) -> None:
-        if self.target is None:
-            raise RuntimeError("token row before the trainer restored its state")
-        await self.target.stage(capture_key, staging_key, payload)
 
 
 class HttpBackend:
@@ -223,9 +209,9 @@ async def run_job(
     """Restore (or start fresh), run every rollout to its end, write results.json."""
     events = EventLog(settings.directory / "events.jsonl", incarnation=incarnation)
     events.emit("started", pid=os.getpid(), ray=use_ray)
-    rows = _Rows()
+    rows = PendingStaging()
     app = FastAPI()
-    app.include_router(rows_router(rows.receive, token=token))
+    app.include_router(rows_router(rows.stage, token=token))
     async with serve(app) as trainer_url:
         rows_url = f"{trainer_url}/rows"
         hosted = (
@@ -242,44 +228,13 @@ async def run_job(
 async def _train(
     settings: DemoSettings,
     events: EventLog,
-    rows: _Rows,
+    rows: PendingStaging,
     instances: list[InstanceClient],
     backend: RolloutBackend,
 ) -> None:
     directory = settings.directory
     facade = GymEnvironmentCheckpoint(
         instances, timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0)
-    )
-    barrier = DataPlaneBarrier()
-    await facade.check_startup()
-    report = await Restorer(
-        directory / "snapshots", env_checkpoint=facade, barrier=barrier
-    ).restore(data_plane_path=directory / "live.sqlite")
-    facade.inventory = report.ledger
-    rows.target = StagingRecorder(
-        barrier=barrier, ledger=report.ledger, data_plane=report.data_plane
-    )
-    results = (
-        ResultStore.from_bytes((report.path / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes())
-        if report.path is not None
-        else ResultStore()
-    )
-    events.emit(
-        "restored",
-        snapshot=None if report.path is None else report.path.name,
-        continued=0 if report.plan is None else len(report.plan.continued),
-        abandoned=0 if report.plan is None else len(report.plan.abandoned),
-        refused=report.refused,
-        finished_before=len(results),
-    )
-    snapshotter = RolloutSnapshotter(
-        directory / "snapshots",
-        env_checkpoint=facade,
-        barrier=barrier,
-        ledger=report.ledger,
-        data_plane=report.data_plane,
-        keep_latest_k=settings.keep_latest_k,
-        sidecars={RESULTS_SIDECAR: results.to_bytes},
     )
 
     def progress(event: str, fields: Mapping[str, Any]) -> None:
@@ -295,16 +250,26 @@ async def _train(
         elif event in ("sealed", "dispatched", "snapshot_failed"):
             events.emit(event, **fields)
 
-    job = RolloutJob(
+    started = await start_trainer(
         make_tasks(settings),
+        facade=facade,
         backend=backend,
-        ledger=report.ledger,
-        data_plane=report.data_plane,
-        barrier=barrier,
-        snapshotter=snapshotter,
-        results=results,
-        on_progress=progress,
+        barrier=DataPlaneBarrier(),
+        root=directory / "snapshots",
+        data_plane_path=directory / "live.sqlite",
+        staging=rows,
+        keep_latest_k=settings.keep_latest_k,
         max_in_flight_per_instance=settings.in_flight_per_instance,
+        on_progress=progress,
+    )
+    report, results, job = started.report, started.results, started.job
+    events.emit(
+        "restored",
+        snapshot=None if report.path is None else report.path.name,
+        continued=0 if report.plan is None else len(report.plan.continued),
+        abandoned=0 if report.plan is None else len(report.plan.abandoned),
+        refused=report.refused,
+        finished_before=len(results),
     )
     try:
         await job.run(snapshot_every=settings.snapshot_every)
