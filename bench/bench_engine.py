@@ -30,7 +30,7 @@ import structlog
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
-from envckpt.gym.simulated import SimulatedGym
+from envckpt.sim.gym import SimulatedGym
 
 
 async def _parked_gym(episodes: int) -> tuple[SimulatedGym, list[EnvironmentEpisode]]:

@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from envckpt.protocol import ERROR_STATUS, ErrorCode, error_envelope
+
 
 def _rebuild(cls: type[EnvckptError], fields: dict[str, Any]) -> EnvckptError:
     return cls(**fields)
@@ -152,23 +154,6 @@ class CoordinationError(EnvckptError, RuntimeError):
         super().__init__(f"checkpoint {operation} failed: {detail}")
 
 
-# Protocol error codes and the HTTP status each is answered with (protocol.md 7).
-ERROR_STATUS: Mapping[str, int] = {
-    "stale_checkpoint": 409,
-    "checkpoint_conflict": 409,
-    "invalid_phase": 409,
-    "deadline_exceeded": 409,
-    "stale_attempt": 409,
-    "admission_closed": 409,
-    "restart_in_scope": 409,
-    "unauthorized": 401,
-    "rollout_id_required": 400,
-    "invalid_request": 422,
-    "invalid_checkpoint_state": 422,
-    "checkpoint_error": 500,
-}
-
-
 class ParticipantError(EnvckptError):
     """A participant refused a control or episode call with a protocol error code."""
 
@@ -178,7 +163,7 @@ class ParticipantError(EnvckptError):
         if code not in ERROR_STATUS:
             raise ValueError(f"unknown protocol error code {code!r}")
         super().__init__(f"{code}: {detail}")
-        self.code = code
+        self.code = ErrorCode(code)
         self.detail = detail
 
     @property
@@ -188,7 +173,7 @@ class ParticipantError(EnvckptError):
 
     def to_wire(self) -> dict[str, Any]:
         """The protocol's error envelope."""
-        return {"error": {"code": self.code, "detail": self.detail}}
+        return error_envelope(self.code, self.detail)
 
 
 ALL_ERRORS: tuple[type[EnvckptError], ...] = (

@@ -8,7 +8,6 @@ import pytest
 
 from envckpt.errors import (
     ALL_ERRORS,
-    ERROR_STATUS,
     CoordinationError,
     CorruptCheckpoint,
     DeadlineExceeded,
@@ -21,6 +20,7 @@ from envckpt.errors import (
     SnapshotNotReady,
     UnsupportedDeployment,
 )
+from envckpt.protocol import ERROR_STATUS
 
 SAMPLES: list[EnvckptError] = [
     EnvckptError("base"),

@@ -22,16 +22,10 @@ import structlog
 
 from envckpt.clock import Clock, SystemClock
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
-from envckpt.coordination.types import (
-    MODES,
-    RETIRE_ORDER,
-    STAGES,
-    Member,
-    Participants,
-    PrepareResult,
-)
+from envckpt.coordination.types import Member, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
+from envckpt.protocol import RETIRE_ORDER, STAGES, Kind, Mode, parse_kind, parse_mode
 
 # Room for the reply to arrive after the participant's own deadline.
 REPLY_SLACK_SECONDS = 5.0
@@ -80,20 +74,19 @@ class Coordinator:
             if reply.status != 200 or not isinstance(reply.body, Mapping):
                 failures[server] = reply.describe()
                 return
-            kind = reply.body.get("kind")
-            # Older Gym builds omit mode; they export and restore.
-            mode = reply.body.get("mode") or "export_restore"
-            if kind not in STAGES:
-                failures[server] = f"unknown participant kind {kind!r}"
-            elif mode not in MODES:
-                failures[server] = f"unknown participant mode {mode!r}"
+            try:
+                kind = parse_kind(reply.body.get("kind"))
+                # Older Gym builds omit mode; they export and restore.
+                mode = parse_mode(reply.body.get("mode") or Mode.EXPORT_RESTORE)
+            except ValueError as error:
+                failures[server] = str(error)
             else:
                 members.append(Member(server_name=server, kind=kind, mode=mode))
 
         await asyncio.gather(*(probe(server) for server in self._transport.server_names()))
         if failures:
             raise CoordinationError("discover", failures)
-        if not any(member.kind == "model" for member in members):
+        if not any(member.kind is Kind.MODEL for member in members):
             raise CoordinationError(
                 "discover", {"deployment": "no policy model takes part in checkpoints"}
             )

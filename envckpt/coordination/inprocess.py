@@ -1,7 +1,7 @@
 """The in-process transport: control requests as direct calls to participant cores.
 
-Bodies are round-tripped through JSON and go through the same ``dispatch``
-edge as HTTP (auth, validation, error envelope), so the in-process deployment
+Bodies are round-tripped through JSON and go through the same control edge
+(``participant/edge.py``) as HTTP (auth, validation, error envelope), so the in-process deployment
 behaves like the real one, minus sockets. Faults from a ``FaultPlan`` are
 applied here.
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.transport import ControlReply, TransportFailure
-from envckpt.participant import dispatch, store
+from envckpt.participant import edge, store
 from envckpt.participant.core import ParticipantCore
 
 # (core, method, route, body) -> (status, reply body), for a non-default delivery.
@@ -49,10 +49,10 @@ class InProcessTransport:
         deliver: Deliver | None = None,
     ) -> None:
         self._servers = dict(servers)
-        self._token = dispatch.check_token(token)
+        self._token = edge.check_token(token)
         self.faults = faults if faults is not None else FaultPlan()
         self.requests = 0
-        # How a request reaches a participant: directly through its dispatch
+        # How a request reaches a participant: directly through its control
         # edge by default; a test can route it over real HTTP instead and keep
         # the same faults.
         self._deliver_to = deliver
@@ -74,11 +74,11 @@ class InProcessTransport:
         body: Mapping[str, Any] | None,
         authorization: str | None,
     ) -> tuple[int, dict[str, Any]]:
-        """The request as the participant's edge sees it: JSON in, through dispatch."""
+        """The request as the participant's edge sees it: JSON in, through the edge."""
         if self._deliver_to is not None:
             return await self._deliver_to(core, method, route, body)
         wire_body = None if body is None else json.loads(json.dumps(body))
-        return await dispatch.handle(
+        return await edge.handle(
             core,
             method,
             route,

@@ -14,18 +14,6 @@ from typing import Any, Protocol
 
 from envckpt.errors import EnvckptError
 
-CHECKPOINT_ROUTE_PREFIX = "/ng-control/v1/checkpoint"
-ROUTES: tuple[str, ...] = (
-    "status",
-    "prepare",
-    "renew",
-    "commit",
-    "restore",
-    "resume",
-    "retire",
-    "forget",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class ControlReply:

@@ -19,14 +19,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode
-
-# Prepare order. Environment servers park first, the policy model then cuts
-# generations so waiting agents reach a boundary, resources go last because
-# agents call them until they park. Resume runs it backwards.
-STAGES: tuple[str, ...] = ("environment", "model", "agent", "resources")
-MODES: tuple[str, ...] = ("export_restore", "restart_only", "stateless")
-# Retire and forget: callers before the servers they call.
-RETIRE_ORDER: tuple[tuple[str, ...], ...] = (("environment",), ("agent",), ("model", "resources"))
+from envckpt.protocol import STAGES, Kind, Mode, parse_kind, parse_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +27,12 @@ class Member:
     """One participant server of a deployment, as discovery found it."""
 
     server_name: str
-    kind: str
-    mode: str = "export_restore"
+    kind: Kind
+    mode: Mode = Mode.EXPORT_RESTORE
 
     def __post_init__(self) -> None:
-        if self.kind not in STAGES:
-            raise ValueError(f"unknown participant kind {self.kind!r}")
-        if self.mode not in MODES:
-            raise ValueError(f"unknown participant mode {self.mode!r}")
+        object.__setattr__(self, "kind", parse_kind(self.kind))
+        object.__setattr__(self, "mode", parse_mode(self.mode))
 
     @property
     def stage(self) -> int:

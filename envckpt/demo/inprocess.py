@@ -24,7 +24,7 @@ from envckpt.demo.scenario import DemoSettings, crash_fraction, judge, make_task
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.simulated import GymConfig, SimulatedGym
+from envckpt.sim.gym import GymConfig, SimulatedGym
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job import RolloutJob, RolloutTask
 from envckpt.trainer.restorer import RestoreReport

@@ -14,7 +14,7 @@ from typing import Any
 
 from envckpt.demo.report import Verdict
 from envckpt.gym.instance import GymCheckpointInstance
-from envckpt.gym.simulated import expected_transcript
+from envckpt.sim.gym import expected_transcript
 from envckpt.trainer.job import RolloutTask
 
 

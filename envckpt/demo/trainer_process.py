@@ -2,7 +2,7 @@
 
     python -m envckpt.demo.trainer_process --config job.json --incarnation N [--crash-at P[:K]]
 
-It starts its token-row endpoint, launches one ``envckpt.gym.server`` process
+It starts its token-row endpoint, launches one ``envckpt.sim.server`` process
 per Gym instance in its own process group, restores the newest usable
 snapshot (or starts fresh), and runs every rollout to completion with
 snapshots on a timer. ``--crash-at`` SIGKILLs the whole group (trainer and Gym
@@ -36,9 +36,9 @@ from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoi
 from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.http_gym import HttpGym
-from envckpt.http.data_routes import rows_router
 from envckpt.http.serve import serve
+from envckpt.sim.data_routes import rows_router
+from envckpt.sim.http_gym import HttpGym
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job import RolloutBackend
 from envckpt.trainer.startup import PendingStaging, start_trainer
@@ -74,7 +74,7 @@ class HttpBackend:
 async def gym_processes(
     settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
 ) -> AsyncIterator[dict[str, dict[str, str]]]:
-    """One ``envckpt.gym.server`` child per instance; yields instance -> server URLs."""
+    """One ``envckpt.sim.server`` child per instance; yields instance -> server URLs."""
     run_dir = settings.directory / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     children: list[subprocess.Popen[bytes]] = []
@@ -91,7 +91,7 @@ async def gym_processes(
                     [
                         sys.executable,
                         "-m",
-                        "envckpt.gym.server",
+                        "envckpt.sim.server",
                         "--seed",
                         str(settings.gym_seed()),
                         "--audit",
@@ -180,8 +180,8 @@ async def ray_instances(
     """One Ray actor per instance, each hosting its Gym deployment and adapter."""
     import ray
 
-    from envckpt.gym.simulated import GymConfig
-    from envckpt.ray_actors import spawn_instances
+    from envckpt.sim.gym import GymConfig
+    from envckpt.sim.ray_actors import spawn_instances
 
     ray.init(
         num_cpus=2,

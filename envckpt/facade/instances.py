@@ -3,7 +3,7 @@
 The facade only needs picklable results (summaries, None), so the same
 ``InstanceClient`` interface serves a local ``GymCheckpointAdapter`` and an
 adapter hosted in a Ray actor next to its Gym deployment
-(``envckpt.ray_actors``).
+(``envckpt.facade.ray_instance``).
 """
 
 from __future__ import annotations

@@ -29,13 +29,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from envckpt.coordination.transport import (
-    CHECKPOINT_ROUTE_PREFIX,
-    ROUTES,
-    ControlReply,
-    TransportFailure,
-)
+from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.http.closing import AsyncCloseable
+from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
 
 DEFAULT_MAX_CONNECTIONS = 64
 # A connection attempt never waits longer than this, so connect retries fit

@@ -2,7 +2,7 @@
 
 Every route checks the bearer token, then reads its raw body itself instead
 of letting FastAPI parse a model, so every failure, a malformed body
-included, is answered with the protocol's error envelope; ``dispatch.handle``
+included, is answered with the protocol's error envelope; ``edge.handle``
 then validates the body and makes the call, exactly as for the in-process
 transport::
 
@@ -27,17 +27,17 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from envckpt.coordination.transport import CHECKPOINT_ROUTE_PREFIX, ROUTES
 from envckpt.errors import ParticipantError
-from envckpt.participant import dispatch
+from envckpt.participant import edge
 from envckpt.participant.core import ParticipantCore
+from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 # How often a mounted participant checks its lease when no call arrives.
 DEFAULT_LEASE_CHECK_SECONDS = 1.0
 # The app.state attribute naming the participant mounted on an app.
 _MOUNTED = "envckpt_participant"
-# What dispatch sees in place of the secret once a request is authenticated.
+# What the edge sees in place of the secret once a request is authenticated.
 _VERIFIED = "verified-by-envckpt-http-routes"
 
 
@@ -92,19 +92,19 @@ Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
 
 def _endpoint(core: ParticipantCore, route: str, token: str, max_body_bytes: int) -> Endpoint:
     async def endpoint(request: Request) -> JSONResponse:
-        if not dispatch.authorized(request.headers.get("authorization"), token):
+        if not edge.authorized(request.headers.get("authorization"), token):
             return _envelope(ParticipantError("unauthorized", "missing or wrong bearer token"))
         body: Any = None
-        # status takes no body; a wrong method is refused by dispatch with the envelope.
+        # status takes no body; a wrong method is refused by the edge with the envelope.
         if request.method == "POST" and route != "status":
             try:
                 body = _parse_json(await _read_body(request, max_body_bytes))
             except _BadBody as error:
                 return _envelope(ParticipantError("invalid_request", str(error)))
-        # Authenticated above. dispatch.handle logs unexpected failures with a
+        # Authenticated above. edge.handle logs unexpected failures with a
         # traceback, and a renderer that shows frame locals would print its
         # arguments, so it gets a stand-in credential rather than the secret.
-        status, reply = await dispatch.handle(
+        status, reply = await edge.handle(
             core,
             request.method,
             route,
@@ -126,7 +126,7 @@ def control_router(
     Raises ``ValueError`` for an empty token: a participant never serves its
     control routes unauthenticated.
     """
-    token = dispatch.check_token(token)
+    token = edge.check_token(token)
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
     router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])

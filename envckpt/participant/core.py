@@ -3,7 +3,7 @@
 One core per participant server. It owns the phase machine
 (``PARTICIPANT_PHASES``), admission, the lease, fencing of finished ids,
 replays, retire marks and fresh-process restore; the kind's state lives
-behind ``StateHooks``. Transports (``dispatch.py`` for both the in-process
+behind ``StateHooks``. Transports (``edge.py`` for both the in-process
 deployment and the FastAPI routes) call the control methods; the server's own
 episode handlers wrap each call in ``admit``::
 
@@ -39,7 +39,6 @@ from typing import Any
 import structlog
 
 from envckpt.clock import Clock, SystemClock
-from envckpt.coordination.types import MODES, STAGES
 from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, ParticipantError
 from envckpt.ids import validate_path_component
@@ -47,6 +46,7 @@ from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import store
 from envckpt.participant.hooks import StateHooks
+from envckpt.protocol import MODES, STAGES
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
 FINISHED_IDS_KEPT = 64

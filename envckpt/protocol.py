@@ -1,0 +1,265 @@
+"""The vocabulary of the Gym checkpoint control protocol, in one place.
+
+Both sides of the protocol (the participant in ``envckpt.participant`` and the
+coordinator in ``envckpt.coordination``) and everything above them read the
+protocol's words from here: routes and their prefix, participant kinds in
+stage order, modes, the retire order, error codes with their HTTP statuses,
+and the request bodies of the control routes. Nothing here does I/O, and this
+module imports nothing from envckpt but the identifier grammar, so it sits
+below every other layer (docs/engine.md, "Layers").
+
+    Route.PREPARE.path                    # "/ng-control/v1/checkpoint/prepare"
+    STAGES                                # environment, model, agent, resources
+    ERROR_STATUS[ErrorCode.STALE_ATTEMPT] # 409
+    REQUEST_MODELS["commit"].model_validate(body)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+
+from envckpt.clock import validate_deadline
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.ids import validate_checkpoint_id, validate_rollout_id
+
+CHECKPOINT_ROUTE_PREFIX = "/ng-control/v1/checkpoint"
+
+
+class Route(StrEnum):
+    """The control routes; ``status`` is a GET, every other one a POST."""
+
+    STATUS = "status"
+    PREPARE = "prepare"
+    RENEW = "renew"
+    COMMIT = "commit"
+    RESTORE = "restore"
+    RESUME = "resume"
+    RETIRE = "retire"
+    FORGET = "forget"
+
+    @property
+    def method(self) -> str:
+        return "GET" if self is Route.STATUS else "POST"
+
+    @property
+    def path(self) -> str:
+        return f"{CHECKPOINT_ROUTE_PREFIX}/{self.value}"
+
+
+ROUTES: tuple[Route, ...] = tuple(Route)
+
+
+class Kind(StrEnum):
+    """What a participant is. Judge models are not participants."""
+
+    ENVIRONMENT = "environment"
+    MODEL = "model"
+    AGENT = "agent"
+    RESOURCES = "resources"
+
+
+# Prepare order. Environment servers park first, the policy model then cuts
+# generations so waiting agents reach a boundary, resources go last because
+# agents call them until they park. Resume runs it backwards.
+STAGES: tuple[Kind, ...] = (Kind.ENVIRONMENT, Kind.MODEL, Kind.AGENT, Kind.RESOURCES)
+
+# Retire and forget: callers before the servers they call.
+RETIRE_ORDER: tuple[tuple[Kind, ...], ...] = (
+    (Kind.ENVIRONMENT,),
+    (Kind.AGENT,),
+    (Kind.MODEL, Kind.RESOURCES),
+)
+
+
+class Mode(StrEnum):
+    """How a participant takes part in a checkpoint (protocol.md 2)."""
+
+    EXPORT_RESTORE = "export_restore"
+    RESTART_ONLY = "restart_only"
+    STATELESS = "stateless"
+
+
+MODES: tuple[Mode, ...] = tuple(Mode)
+
+
+def parse_kind(value: object) -> Kind:
+    """``value`` as a ``Kind``; ValueError for anything else."""
+    if isinstance(value, str) and value in _KINDS:
+        return Kind(value)
+    raise ValueError(f"unknown participant kind {value!r}")
+
+
+def parse_mode(value: object) -> Mode:
+    """``value`` as a ``Mode``; ValueError for anything else."""
+    if isinstance(value, str) and value in _MODES:
+        return Mode(value)
+    raise ValueError(f"unknown participant mode {value!r}")
+
+
+_KINDS = frozenset(kind.value for kind in Kind)
+_MODES = frozenset(mode.value for mode in Mode)
+
+
+class ErrorCode(StrEnum):
+    """The protocol's error codes (protocol.md 7)."""
+
+    STALE_CHECKPOINT = "stale_checkpoint"
+    CHECKPOINT_CONFLICT = "checkpoint_conflict"
+    INVALID_PHASE = "invalid_phase"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    STALE_ATTEMPT = "stale_attempt"
+    ADMISSION_CLOSED = "admission_closed"
+    RESTART_IN_SCOPE = "restart_in_scope"
+    UNAUTHORIZED = "unauthorized"
+    ROLLOUT_ID_REQUIRED = "rollout_id_required"
+    INVALID_REQUEST = "invalid_request"
+    INVALID_CHECKPOINT_STATE = "invalid_checkpoint_state"
+    CHECKPOINT_ERROR = "checkpoint_error"
+
+
+# The HTTP status each code is answered with.
+ERROR_STATUS: Mapping[str, int] = MappingProxyType(
+    {
+        ErrorCode.STALE_CHECKPOINT: 409,
+        ErrorCode.CHECKPOINT_CONFLICT: 409,
+        ErrorCode.INVALID_PHASE: 409,
+        ErrorCode.DEADLINE_EXCEEDED: 409,
+        ErrorCode.STALE_ATTEMPT: 409,
+        ErrorCode.ADMISSION_CLOSED: 409,
+        ErrorCode.RESTART_IN_SCOPE: 409,
+        ErrorCode.UNAUTHORIZED: 401,
+        ErrorCode.ROLLOUT_ID_REQUIRED: 400,
+        ErrorCode.INVALID_REQUEST: 422,
+        ErrorCode.INVALID_CHECKPOINT_STATE: 422,
+        ErrorCode.CHECKPOINT_ERROR: 500,
+    }
+)
+
+
+def error_envelope(code: str, detail: str) -> dict[str, Any]:
+    """The protocol's error body: ``{"error": {"code", "detail"}}``."""
+    return {"error": {"code": str(code), "detail": detail}}
+
+
+# ----------------------------------------------------------------- request bodies
+#
+# Unknown fields are rejected, sizes are bounded, ids follow ``envckpt.ids`` and
+# deadlines must be finite absolute Unix seconds. Both transports parse with
+# these models, so the in-process deployment refuses exactly what HTTP refuses.
+
+MAX_EPISODES_PER_REQUEST = 1_000_000
+MAX_PATH_LENGTH = 4096
+
+
+class WireEpisode(BaseModel):
+    """``{"rollout_id": str, "attempt": int}``, both keys required."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rollout_id: StrictStr
+    attempt: StrictInt
+
+    @field_validator("rollout_id")
+    @classmethod
+    def _rollout_id(cls, value: str) -> str:
+        return validate_rollout_id(value)
+
+    @field_validator("attempt")
+    @classmethod
+    def _attempt(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("attempt must be non-negative")
+        return value
+
+    def episode(self) -> EnvironmentEpisode:
+        return EnvironmentEpisode(self.rollout_id, self.attempt)
+
+
+Episodes = Annotated[list[WireEpisode], Field(max_length=MAX_EPISODES_PER_REQUEST)]
+CheckpointDir = Annotated[StrictStr, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+
+
+class ControlRequest(BaseModel):
+    """Fields every POST route carries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_id: StrictStr
+    deadline_ts: float
+
+    @field_validator("checkpoint_id")
+    @classmethod
+    def _checkpoint_id(cls, value: str) -> str:
+        return validate_checkpoint_id(value)
+
+    @field_validator("deadline_ts", mode="before")
+    @classmethod
+    def _deadline(cls, value: Any) -> float:
+        return validate_deadline(value)
+
+
+class PrepareRequest(ControlRequest):
+    pass
+
+
+class RenewRequest(ControlRequest):
+    pass
+
+
+class ResumeRequest(ControlRequest):
+    pass
+
+
+class CommitRequest(ControlRequest):
+    checkpoint_dir: CheckpointDir
+    episode_ids: Episodes | None = None
+    # Strict: "yes" or 1 are not a decision to free exported state.
+    stop: StrictBool = False
+
+
+class RestoreRequest(ControlRequest):
+    checkpoint_dir: CheckpointDir
+    episode_ids: Episodes
+
+
+class RetireRequest(ControlRequest):
+    episode_ids: Annotated[
+        list[WireEpisode], Field(min_length=1, max_length=MAX_EPISODES_PER_REQUEST)
+    ]
+
+
+class ForgetRequest(ControlRequest):
+    rollout_ids: Annotated[
+        list[StrictStr], Field(min_length=1, max_length=MAX_EPISODES_PER_REQUEST)
+    ]
+
+    @field_validator("rollout_ids")
+    @classmethod
+    def _rollout_ids(cls, value: list[str]) -> list[str]:
+        return [validate_rollout_id(rollout_id) for rollout_id in value]
+
+
+REQUEST_MODELS: Mapping[str, type[ControlRequest]] = MappingProxyType(
+    {
+        Route.PREPARE: PrepareRequest,
+        Route.RENEW: RenewRequest,
+        Route.RESUME: ResumeRequest,
+        Route.COMMIT: CommitRequest,
+        Route.RESTORE: RestoreRequest,
+        Route.RETIRE: RetireRequest,
+        Route.FORGET: ForgetRequest,
+    }
+)

@@ -1,0 +1,153 @@
+"""The kinds' data-plane handlers as FastAPI routes: what the rollout traffic calls.
+
+Each route hands the raw JSON body to the kind's handler and answers its
+reply; a refusal comes back in the protocol's error envelope with its status,
+so a remote caller (``envckpt.sim.data_clients``) can raise the same
+``ParticipantError`` the handler raised::
+
+    app = FastAPI()
+    mount_participant(app, model.core, token=token)   # control routes
+    app.include_router(model_router(model))           # POST /generate, POST /finish
+    app.include_router(tool_router(tool))             # POST /call, POST /finish
+    app.include_router(agent_router(agent))           # POST /run
+
+    trainer_app.include_router(rows_router(data_plane.put, token=rows_token))  # POST /rows
+
+Data routes carry no bearer token (as in Gym, rollout traffic is not
+authenticated; only the control plane is). ``rows_router`` is the trainer's
+end of ``HttpStagingSink`` and does check one. A malformed body is answered
+``422 invalid_request``; an unexpected failure ``500 checkpoint_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, NoReturn
+
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from envckpt.errors import ParticipantError
+from envckpt.participant import edge
+from envckpt.sim.kinds.agent import AgentServer
+from envckpt.sim.kinds.model import PolicyModelServer
+from envckpt.sim.kinds.resources import ToolServer
+
+Handler = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
+RowReceiver = Callable[[str, str, str], "Awaitable[None] | None"]
+ROW_FIELDS = ("capture_key", "staging_key", "payload")
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise _NotJson(f"{name} is not valid JSON")
+
+
+def _envelope(error: ParticipantError) -> JSONResponse:
+    return JSONResponse(status_code=error.status, content=error.to_wire())
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return json.loads(await request.body(), parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as error:  # also JSONDecodeError, UnicodeDecodeError
+        raise ParticipantError("invalid_request", f"the body is not JSON: {error}") from None
+
+
+def _endpoint(server: str, route: str, handler: Handler) -> Endpoint:
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            body = await _json_body(request)
+        except ParticipantError as error:
+            return _envelope(error)
+        try:
+            return JSONResponse(await handler(body))
+        except ParticipantError as error:
+            return _envelope(error)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this request itself is being cancelled
+            # The handler's own work was stopped (a retire, or the server shutting down).
+            return _envelope(ParticipantError("checkpoint_error", f"{route} was stopped"))
+        except Exception as error:  # the envelope, never a bare 500 page
+            structlog.get_logger("envckpt.http").exception(
+                "data call failed", server=server, route=route
+            )
+            return _envelope(
+                ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
+            )
+
+    endpoint.__name__ = f"data_{route}"
+    return endpoint
+
+
+def data_router(server: str, handlers: Mapping[str, Handler]) -> APIRouter:
+    """``POST /<route>`` for each ``route -> handler``; ``server`` names it in logs."""
+    router = APIRouter(tags=[f"envckpt {server} data plane"])
+    for route, handler in handlers.items():
+        router.add_api_route(
+            f"/{route}",
+            _endpoint(server, route, handler),
+            methods=["POST"],
+            response_class=JSONResponse,
+        )
+    return router
+
+
+def agent_router(agent: AgentServer) -> APIRouter:
+    """The agent's ``POST /run``."""
+    return data_router(agent.core.server_name, {"run": agent.run})
+
+
+def model_router(model: PolicyModelServer) -> APIRouter:
+    """The policy model's ``POST /generate`` and ``POST /finish``."""
+    return data_router(model.core.server_name, {"generate": model.generate, "finish": model.finish})
+
+
+def tool_router(tool: ToolServer) -> APIRouter:
+    """The tool server's ``POST /call`` and ``POST /finish``."""
+    return data_router(tool.core.server_name, {"call": tool.call, "finish": tool.finish})
+
+
+def rows_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> APIRouter:
+    """The trainer's ``POST <path>`` taking ``{capture_key, staging_key, payload}`` rows.
+
+    ``receive(capture_key, staging_key, payload)`` may be a plain function or a
+    coroutine function; it answers ``{"staged": staging_key}``. Requires
+    ``Authorization: Bearer <token>`` (an empty token is refused).
+    """
+    token = edge.check_token(token)
+
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            if not edge.authorized(request.headers.get("authorization"), token):
+                raise ParticipantError("unauthorized", "missing or wrong bearer token")
+            body = await _json_body(request)
+            if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
+                raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")
+            if not all(isinstance(body[name], str) for name in ROW_FIELDS):
+                raise ParticipantError("invalid_request", "row fields must be strings")
+            outcome = receive(body["capture_key"], body["staging_key"], body["payload"])
+            if inspect.isawaitable(outcome):
+                await outcome
+        except ParticipantError as error:
+            return _envelope(error)
+        except Exception as error:
+            structlog.get_logger("envckpt.http").exception("staging a row failed", path=path)
+            return _envelope(
+                ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
+            )
+        return JSONResponse({"staged": body["staging_key"]})
+
+    router = APIRouter(tags=["envckpt trainer rows"])
+    router.add_api_route(path, endpoint, methods=["POST"], response_class=JSONResponse)
+    return router

@@ -1,0 +1,277 @@
+"""Tests for envckpt.gym.adapter: legality first, then the call, then the transition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import (
+    CorruptCheckpoint,
+    GymCheckpointUnavailable,
+    IllegalTransition,
+    IncompatibleCheckpoint,
+    UnsupportedDeployment,
+)
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
+
+from helpers.dict_deployment import Deployment
+
+INSTANCE = GymCheckpointInstance("shard", 0)
+E1 = EnvironmentEpisode("r1", 0)
+E2 = EnvironmentEpisode("r2", 2)
+
+
+def far(deployment: Deployment) -> float:
+    return deployment.clock.now() + 60
+
+
+async def discovered(deployment: Deployment) -> GymCheckpointAdapter:
+    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
+    await adapter.discover()
+    return adapter
+
+
+async def test_discover_moves_to_discovered_and_skips_non_participants() -> None:
+    """Discovery finds the three participants, not the judge, and fires discover."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    assert adapter.state == "discovered"
+    assert adapter.participants.names == {"policy", "agent", "tools"}
+
+
+async def test_second_discover_is_a_no_op() -> None:
+    """A repeated discover sends nothing."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    before = deployment.transport.requests
+    await adapter.discover()
+    assert deployment.transport.requests == before
+
+
+async def test_environment_participants_are_refused() -> None:
+    """Turn recovery refuses environment-server participants at discovery."""
+    deployment = Deployment(
+        kinds=(
+            ("policy", "model", "export_restore"),
+            ("env", "environment", "export_restore"),
+        )
+    )
+    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
+    with pytest.raises(UnsupportedDeployment):
+        await adapter.discover()
+    assert adapter.state == "undiscovered"
+
+
+async def test_discovery_failure_is_unavailable_and_keeps_state() -> None:
+    """An unreachable server fails discovery with a typed, retryable error."""
+    deployment = Deployment()
+    deployment.faults.add("unreachable", server="agent")
+    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
+    with pytest.raises(GymCheckpointUnavailable) as info:
+        await adapter.discover()
+    assert "agent" in info.value.failures
+    assert adapter.state == "undiscovered"
+    await adapter.discover()
+    assert adapter.state == "discovered"
+
+
+@pytest.mark.parametrize("operation", ["commit", "renew", "resume", "restore_then_commit"])
+async def test_illegal_operations_send_nothing(operation: str, tmp_path: Path) -> None:
+    """An illegal trigger raises IllegalTransition before any request is made."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    before = deployment.transport.requests
+    with pytest.raises(IllegalTransition) as info:
+        if operation == "commit":
+            await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+        elif operation == "renew":
+            await adapter.renew("c1", deadline_ts=far(deployment))
+        elif operation == "resume":
+            await adapter.resume("c1", deadline_ts=far(deployment))
+        else:
+            adapter._machine.state = "resumed"  # a deployment that already ran
+            await adapter.restore(
+                "c1",
+                tmp_path,
+                [E1],
+                participants=(),
+                source_checkpoint_id="s",
+                deadline_ts=far(deployment),
+            )
+    assert deployment.transport.requests == before
+    assert info.value.instance == INSTANCE.instance_id
+
+
+async def test_full_cycle_fires_the_spine(tmp_path: Path) -> None:
+    """discover -> prepare -> commit -> resume, with one logged event per transition."""
+    deployment = Deployment()
+    await deployment.start(E1, turn=3)
+    await deployment.start(E2, turn=1)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs:
+        result = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert result.prepared
+        summary = await adapter.commit(
+            "c1", tmp_path, result.continued([E1, E2]), deadline_ts=far(deployment)
+        )
+        await adapter.resume("c1", deadline_ts=far(deployment))
+    assert adapter.state == "resumed"
+    fired = [(e["trigger"], e["dest"]) for e in logs if e.get("machine") == "instance_lifecycle"]
+    assert fired == [("prepare", "prepared"), ("commit", "committed"), ("resume", "resumed")]
+    assert summary.exported_episodes == (E1, E2)
+    assert summary.participants == ("agent", "policy", "tools")
+    assert set(summary.staging_keys) == {"r1/t0", "r1/t1", "r1/t2", "r2-a2/t0"}
+    assert (tmp_path / "gym-instances" / "shard" / "replica-0" / "gym").is_dir()
+
+
+async def test_blocked_prepare_moves_to_preparing(tmp_path: Path) -> None:
+    """A prepare that is not ready fires prepare_blocked; a later prepare can succeed."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    agent = deployment.cores["agent"]
+    async with agent.admit(E1):
+        result = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert not result.prepared
+        assert result.blockers()["agent"] == ("r1",)
+        assert adapter.state == "preparing"
+    result = await adapter.prepare("c1", deadline_ts=far(deployment))
+    assert result.prepared and adapter.state == "prepared"
+
+
+async def test_failed_commit_moves_to_failed_and_only_resume_leaves(tmp_path: Path) -> None:
+    """A commit failure is remembered as the failed state; resume is the way out."""
+    deployment = Deployment()
+    await deployment.start(E1)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    deployment.faults.add("error", server="tools", route="commit")
+    with pytest.raises(GymCheckpointUnavailable) as info:
+        await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+    assert "HTTP 500" in info.value.failures["tools"]
+    assert adapter.state == "failed"
+    with pytest.raises(IllegalTransition):
+        await adapter.prepare("c2", deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert adapter.state == "resumed"
+
+
+async def test_restore_continues_as_next_attempt(tmp_path: Path) -> None:
+    """A fresh deployment restores the committed episodes as attempt N+1."""
+    deployment = Deployment()
+    await deployment.start(E1, turn=2)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    summary = await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+
+    fresh = deployment.fresh()
+    restored = await discovered(fresh)
+    await restored.restore(
+        "r1",
+        tmp_path,
+        [E1],
+        participants=summary.participants,
+        source_checkpoint_id="c1",
+        deadline_ts=far(fresh),
+    )
+    assert restored.state == "restored"
+    assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
+    await restored.resume("r1", deadline_ts=far(fresh))
+    assert restored.state == "resumed"
+
+
+async def test_restore_refuses_missing_participants(tmp_path: Path) -> None:
+    """A checkpoint that saved state for a server this deployment lacks is refused."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    with pytest.raises(IncompatibleCheckpoint):
+        await adapter.restore(
+            "r1",
+            tmp_path,
+            [E1],
+            participants=("agent", "ghost"),
+            source_checkpoint_id="c1",
+            deadline_ts=far(deployment),
+        )
+    assert adapter.state == "discovered"
+
+
+async def test_restore_of_missing_state_is_corrupt_and_cleaned_up(tmp_path: Path) -> None:
+    """Restoring from an empty directory is typed as corrupt and lands in restore_failed."""
+    deployment = Deployment()
+    adapter = await discovered(deployment)
+    with pytest.raises(CorruptCheckpoint):
+        await adapter.restore(
+            "r1",
+            tmp_path,
+            [E1],
+            participants=("agent",),
+            source_checkpoint_id="c1",
+            deadline_ts=far(deployment),
+        )
+    assert adapter.state == "restore_failed"
+    await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
+    assert adapter.state == "resumed"
+    assert deployment.cores["agent"].retire_mark("r1") == 1
+
+
+async def test_restore_from_wrong_source_is_a_protocol_violation(tmp_path: Path) -> None:
+    """Replies naming another source checkpoint are refused and the restore is dropped."""
+    from envckpt.errors import ProtocolViolation
+
+    deployment = Deployment()
+    await deployment.start(E1)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    fresh = deployment.fresh()
+    restored = await discovered(fresh)
+    with pytest.raises(ProtocolViolation):
+        await restored.restore(
+            "r1",
+            tmp_path,
+            [E1],
+            participants=("agent",),
+            source_checkpoint_id="some-other-checkpoint",
+            deadline_ts=far(fresh),
+        )
+    assert restored.state == "restore_failed"
+
+
+async def test_retire_and_forget_are_legal_between_checkpoints() -> None:
+    """retire and forget keep the state and reach every participant."""
+    deployment = Deployment()
+    await deployment.start(E1)
+    adapter = await discovered(deployment)
+    await adapter.retire("c0", [E1], deadline_ts=far(deployment))
+    assert adapter.state == "discovered"
+    assert all(core.retire_mark("r1") == 0 for core in deployment.cores.values())
+    await adapter.forget("c0", ["r1"], deadline_ts=far(deployment))
+    assert all(core.retire_mark("r1") is None for core in deployment.cores.values())
+
+
+async def test_cancelled_prepare_leaves_the_instance_resumable() -> None:
+    """A prepare cancelled mid-way moves to failed, so the abort path resumes it."""
+    import asyncio
+
+    from envckpt.clock import FakeClock
+
+    # A clock that waits long enough for the cancellation to land mid-prepare.
+    deployment = Deployment(clock=FakeClock(settle_rounds=100_000))
+    adapter = await discovered(deployment)
+    agent = deployment.cores["agent"]
+    async with agent.admit(E1):
+        task = asyncio.create_task(adapter.prepare("c1", deadline_ts=far(deployment) + 1e9))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert adapter.state == "failed"
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert all(core.phase == "idle" for core in deployment.cores.values())

@@ -1,0 +1,487 @@
+"""Stateful tests for envckpt.participant.core: random control sequences against a model.
+
+One ``ParticipantCore`` (export_restore, JSON dict hooks, FakeClock) is driven
+by random turns, prepares, commits, resumes, retires, forgets, clock jumps and
+restores into a fresh core; a small reference model predicts every reply and
+refusal code, the phase, the open id, the lease and the fenced ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from envckpt.clock import FakeClock
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import ParticipantError
+from envckpt.machines.tables import PARTICIPANT_PHASES
+from envckpt.participant import store
+from envckpt.participant.core import FINISHED_IDS_KEPT, ParticipantCore
+
+from helpers.participant_doubles import START, JsonStateHooks, Turn
+
+T = TypeVar("T")
+
+GRACE = 100.0
+ROLLOUTS = st.sampled_from(["r1", "r2", "r3"])
+ATTEMPTS = st.integers(min_value=0, max_value=3)
+# 0: a fresh id; 1-5: the open id when there is one; else an id used before.
+PICKS = st.integers(min_value=0, max_value=9)
+
+
+class Model:
+    """What the participant should look like, by protocol.md section 4."""
+
+    def __init__(self) -> None:
+        self.phase = "idle"
+        self.open_id: str | None = None
+        self.lease: float | None = None
+        self.finished: OrderedDict[str, None] = OrderedDict()
+        self.marks: dict[str, int] = {}
+        self.latest: dict[str, int] = {}
+        self.states: dict[EnvironmentEpisode, int] = {}
+        self.in_flight: list[EnvironmentEpisode] = []
+        self.prepare_reply: dict[str, Any] | None = None
+        self.write: tuple[str, str, dict[str, Any]] | None = None
+
+    def finish(self, checkpoint_id: str) -> None:
+        self.finished[checkpoint_id] = None
+        while len(self.finished) > FINISHED_IDS_KEPT:
+            self.finished.popitem(last=False)
+
+    def abort(self) -> None:
+        assert self.open_id is not None
+        self.finish(self.open_id)
+        self.phase, self.open_id, self.lease = "idle", None, None
+        self.prepare_reply = None
+        self.write = None
+
+    def expire(self, now: float) -> None:
+        if self.phase != "idle" and self.lease is not None and now > self.lease:
+            self.abort()
+
+    def arm(self, deadline_ts: float) -> None:
+        candidate = deadline_ts + GRACE
+        self.lease = candidate if self.lease is None else max(self.lease, candidate)
+
+    def admission_error(self, episode: EnvironmentEpisode) -> str | None:
+        mark = self.marks.get(episode.rollout_id)
+        if mark is not None and episode.attempt <= mark:
+            return "stale_attempt"
+        latest = self.latest.get(episode.rollout_id)
+        if latest is not None and episode.attempt < latest:
+            return "stale_attempt"
+        if self.phase != "idle":
+            return "admission_closed"
+        return None
+
+    def admit(self, episode: EnvironmentEpisode) -> None:
+        self.latest[episode.rollout_id] = max(
+            episode.attempt, self.latest.get(episode.rollout_id, 0)
+        )
+
+    def live_rollouts(self) -> set[str]:
+        return {e.rollout_id for e in self.states} | {e.rollout_id for e in self.in_flight}
+
+
+class CoreMachine(RuleBasedStateMachine):
+    """Drives one participant core; every rule is sync on a per-example runner."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.root = Path(tempfile.mkdtemp(prefix="envckpt-core-stateful-"))
+        self.clock = FakeClock(START)
+        self.model = Model()
+        self.used_ids: list[str] = []
+        self.minted = 0
+        self.turns: list[Turn] = []
+        self.published: list[tuple[Path, str, list[dict[str, Any]]]] = []
+        self._new_core()
+
+    def _new_core(self) -> None:
+        self.hooks = JsonStateHooks("agent")
+        self.hooks.on_retire.append(self._stop_retired_turns)
+        self.core = ParticipantCore(
+            server_name="agent", kind="agent", hooks=self.hooks, clock=self.clock, lease_grace=GRACE
+        )
+
+    def teardown(self) -> None:
+        try:
+            for turn in self.turns:
+                turn.release.set()
+            self.runner.run(asyncio.sleep(0))
+        finally:
+            self.runner.close()
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # ---------------------------------------------------------------- helpers
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return self.runner.run(coroutine)
+
+    def mint(self, prefix: str = "c") -> str:
+        self.minted += 1
+        checkpoint_id = f"{prefix}{self.minted}"
+        self.used_ids.append(checkpoint_id)
+        return checkpoint_id
+
+    def choose_id(self, pick: int) -> str:
+        if 1 <= pick <= 5 and self.model.open_id is not None:
+            return self.model.open_id
+        if pick <= 5 or not self.used_ids:
+            return self.mint()
+        return self.used_ids[pick % len(self.used_ids)]
+
+    def observe(self) -> tuple[Any, ...]:
+        return (
+            self.core.phase,
+            self.core.checkpoint_id,
+            self.core.lease_expires_at,
+            {r: self.core.retire_mark(r) for r in ("r1", "r2", "r3")},
+        )
+
+    def settle(self) -> None:
+        """Apply lease expiry on both sides, so a refusal can be checked for no effect."""
+        self.run(self.core.expire_if_due())
+        self.model.expire(self.clock.now())
+
+    def call(self, expected_code: str | None, coroutine: Coroutine[Any, Any, T]) -> T | None:
+        """Run a control call; require the predicted refusal, and no effect if refused."""
+        before = self.observe()
+        event(f"{coroutine.__qualname__} in {before[0]}: {expected_code or 'accepted'}")
+        try:
+            result = self.run(coroutine)
+        except ParticipantError as error:
+            assert error.code == expected_code, (error, expected_code)
+            assert self.observe() == before, "a refused call changed the participant"
+            return None
+        assert expected_code is None, f"expected {expected_code}, got {result!r}"
+        return result
+
+    def _stop_retired_turns(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        for turn in self.turns:
+            if any(
+                turn.episode.rollout_id == r.rollout_id and turn.episode.attempt <= r.attempt
+                for r in episodes
+            ):
+                turn.release.set()
+
+    def _refused_finished_or(self, checkpoint_id: str) -> str | None:
+        return "stale_checkpoint" if checkpoint_id in self.model.finished else None
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(rollout=ROLLOUTS, attempt=ATTEMPTS)
+    def run_turn(self, rollout: str, attempt: int) -> None:
+        """One complete turn: admitted, state advanced, parked."""
+        self.settle()
+        episode = EnvironmentEpisode(rollout, attempt)
+        expected = self.model.admission_error(episode)
+        event(f"run_turn in {self.model.phase}: {expected or 'accepted'}")
+
+        async def turn() -> None:
+            async with self.core.admit(episode):
+                state = self.hooks.states.get(episode, {"turn": 0})
+                self.hooks.put(episode, state["turn"] + 1)
+
+        try:
+            self.run(turn())
+        except ParticipantError as error:
+            assert error.code == expected
+            return
+        assert expected is None, expected
+        mark = self.core.retire_mark(rollout)
+        assert mark is None or attempt > mark, "a retired attempt was admitted"
+        self.model.admit(episode)
+        self.model.states[episode] = self.model.states.get(episode, 0) + 1
+
+    @rule(rollout=ROLLOUTS, attempt=ATTEMPTS)
+    def start_turn(self, rollout: str, attempt: int) -> None:
+        """Admit a call and keep it in flight (at most three at a time)."""
+        if len(self.turns) >= 3:
+            return
+        self.settle()
+        episode = EnvironmentEpisode(rollout, attempt)
+        expected = self.model.admission_error(episode)
+        event(f"start_turn in {self.model.phase}: {expected or 'accepted'}")
+        try:
+            turn = self.run(Turn.start(self.core, episode))
+        except ParticipantError as error:
+            assert error.code == expected
+            return
+        assert expected is None, expected
+        self.turns.append(turn)
+        self.model.admit(episode)
+        self.model.in_flight.append(episode)
+
+    @rule(index=st.integers(min_value=0, max_value=2))
+    def finish_turn(self, index: int) -> None:
+        """An in-flight call reaches its boundary."""
+        if not self.turns:
+            return
+        turn = self.turns.pop(index % len(self.turns))
+        self.run(turn.finish())
+        self.model.in_flight.remove(turn.episode)
+
+    @rule(pick=PICKS)
+    def prepare(self, pick: int) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        deadline = self.clock.now() + 10
+        expected = self._refused_finished_or(checkpoint_id)
+        replay = None
+        if expected is None and model.phase != "idle":
+            if checkpoint_id != model.open_id:
+                expected = "checkpoint_conflict"
+            elif model.phase == "prepared":
+                replay = model.prepare_reply
+            elif model.phase != "preparing":
+                expected = "invalid_phase"
+        reply = self.call(expected, self.core.prepare(checkpoint_id, deadline_ts=deadline))
+        if reply is None:
+            return
+        model.arm(deadline)
+        if replay is not None:
+            assert reply == replay
+            return
+        model.phase, model.open_id = "preparing", checkpoint_id
+        if model.in_flight:
+            assert reply["phase"] == "preparing"
+            assert reply["report"]["blockers"] == sorted({e.capture_key for e in model.in_flight})
+            assert self.clock.now() == deadline  # waited until the deadline
+        else:
+            assert reply["phase"] == "prepared"
+            model.phase = "prepared"
+            model.prepare_reply = reply
+
+    @rule(pick=PICKS)
+    def renew(self, pick: int) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        deadline = self.clock.now() + 20
+        expected = self._refused_finished_or(checkpoint_id)
+        if expected is None and model.phase == "idle":
+            expected = "invalid_phase"
+        elif expected is None and checkpoint_id != model.open_id:
+            expected = "checkpoint_conflict"
+        reply = self.call(expected, self.core.renew(checkpoint_id, deadline_ts=deadline))
+        if reply is not None:
+            model.arm(deadline)
+            assert reply == {"lease_expires_at": model.lease}
+
+    @rule(pick=PICKS, same_dir=st.booleans())
+    def commit(self, pick: int, same_dir: bool) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        if same_dir and model.write is not None:
+            directory = model.write[1]
+        else:
+            directory = str(self.root / f"d{len(list(self.root.iterdir()))}-{self.minted}")
+        deadline = self.clock.now() + 30
+        expected = self._refused_finished_or(checkpoint_id)
+        replay = None
+        if expected is None:
+            if model.write is not None and model.write[0] == checkpoint_id:
+                if model.write[1] != directory:
+                    expected = "checkpoint_conflict"
+                else:
+                    replay = model.write[2]
+            elif model.open_id is None:
+                expected = "invalid_phase"
+            elif checkpoint_id != model.open_id:
+                expected = "checkpoint_conflict"
+            elif model.phase != "prepared":
+                expected = "invalid_phase"
+        reply = self.call(
+            expected,
+            self.core.commit(
+                checkpoint_id, deadline_ts=deadline, checkpoint_dir=directory, episode_ids=None
+            ),
+        )
+        if reply is None:
+            return
+        model.arm(deadline)
+        if replay is not None:
+            assert reply == replay
+            return
+        records = [
+            {"capture_key": e.capture_key, "state": {"turn": turn}}
+            for e, turn in sorted(model.states.items())
+        ]
+        assert reply["episode_ids"] == sorted(r["capture_key"] for r in records)
+        model.phase = "committed"
+        model.write = (checkpoint_id, directory, reply)
+        self.published.append((Path(directory), checkpoint_id, records))
+
+    @rule(pick=PICKS)
+    def resume(self, pick: int) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        expected = None
+        idempotent = True
+        if checkpoint_id in model.finished:
+            pass
+        elif model.phase == "idle":
+            model.finish(checkpoint_id)
+        elif checkpoint_id != model.open_id:
+            expected = "checkpoint_conflict"
+        else:
+            idempotent = False
+        reply = self.call(expected, self.core.resume(checkpoint_id, deadline_ts=self.clock.now()))
+        if reply is None:
+            return
+        assert reply == {"phase": "idle", "idempotent": idempotent}
+        if not idempotent:
+            model.abort()
+        assert self.hooks.admission_open == (model.phase == "idle")
+
+    @rule(pick=PICKS, rollout=ROLLOUTS, attempt=ATTEMPTS)
+    def retire(self, pick: int, rollout: str, attempt: int) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        episode = EnvironmentEpisode(rollout, attempt)
+        expected = self._refused_finished_or(checkpoint_id)
+        if expected is None and model.phase in ("preparing", "prepared", "committed"):
+            expected = "invalid_phase"
+        elif expected is None and model.phase == "restored" and checkpoint_id != model.open_id:
+            expected = "checkpoint_conflict"
+        deadline = self.clock.now() + 60
+        reply = self.call(
+            expected, self.core.retire(checkpoint_id, deadline_ts=deadline, episode_ids=[episode])
+        )
+        if reply is None:
+            return
+        assert reply == {"retired": [episode.capture_key]}
+        model.marks[rollout] = max(model.marks.get(rollout, -1), attempt)
+        if model.phase == "restored":
+            model.arm(deadline)
+
+        def retired(e: EnvironmentEpisode) -> bool:
+            return e.rollout_id == rollout and e.attempt <= attempt
+
+        model.states = {e: t for e, t in model.states.items() if not retired(e)}
+        model.in_flight = [e for e in model.in_flight if not retired(e)]
+        stopped = [turn for turn in self.turns if retired(turn.episode)]
+        for turn in stopped:
+            self.run(turn.finish())
+            self.turns.remove(turn)
+
+    @rule(pick=PICKS, rollout=ROLLOUTS)
+    def forget(self, pick: int, rollout: str) -> None:
+        self.settle()
+        model = self.model
+        checkpoint_id = self.choose_id(pick)
+        expected = self._refused_finished_or(checkpoint_id)
+        if expected is None and model.phase in ("preparing", "prepared", "committed"):
+            expected = "invalid_phase"
+        elif expected is None and model.phase == "restored" and checkpoint_id != model.open_id:
+            expected = "checkpoint_conflict"
+        elif expected is None and rollout in model.live_rollouts():
+            expected = "invalid_phase"
+        deadline = self.clock.now() + 60
+        reply = self.call(
+            expected, self.core.forget(checkpoint_id, deadline_ts=deadline, rollout_ids=[rollout])
+        )
+        if reply is None:
+            return
+        assert reply == {"forgotten": [rollout]}
+        model.marks.pop(rollout, None)
+        model.latest.pop(rollout, None)
+        if model.phase == "restored":
+            model.arm(deadline)
+
+    @rule(seconds=st.sampled_from([1.0, 30.0, 120.0]))
+    def advance_clock(self, seconds: float) -> None:
+        """Time passes; a lease may run out (seen by the next call)."""
+        self.clock.advance(seconds)
+
+    @rule()
+    def restore_into_a_fresh_process(self) -> None:
+        """The process dies; a fresh one restores the last published commit."""
+        if not self.published:
+            return
+        event("restore into a fresh process")
+        directory, source_id, records = self.published[-1]
+        for turn in self.turns:
+            self.run(turn.finish())
+        self.turns.clear()
+        self._new_core()
+        self.model = Model()
+        scope = [EnvironmentEpisode.from_capture_key(r["capture_key"]) for r in records]
+        checkpoint_id = self.mint("rst")
+        deadline = self.clock.now() + 30
+        reply = self.run(
+            self.core.restore(
+                checkpoint_id,
+                deadline_ts=deadline,
+                checkpoint_dir=str(directory),
+                episode_ids=scope,
+            )
+        )
+        assert reply["source_checkpoint_id"] == source_id
+        assert reply["restored"] == sorted(e.next_attempt().capture_key for e in scope)
+        model = self.model
+        model.phase, model.open_id = "restored", checkpoint_id
+        model.arm(deadline)
+        for record, episode in zip(records, scope, strict=True):
+            model.states[episode.next_attempt()] = record["state"]["turn"]
+            model.latest[episode.rollout_id] = episode.attempt + 1
+        assert {e: s["turn"] for e, s in self.hooks.states.items()} == model.states
+
+    # ------------------------------------------------------------- invariants
+
+    @invariant()
+    def phase_is_a_table_state_and_matches_the_model(self) -> None:
+        assert self.core.phase in PARTICIPANT_PHASES.states
+        assert self.core.phase == self.model.phase
+        assert self.core.checkpoint_id == self.model.open_id
+        assert self.core.lease_expires_at == self.model.lease
+
+    @invariant()
+    def marks_and_fences_match_the_model(self) -> None:
+        for rollout in ("r1", "r2", "r3"):
+            assert self.core.retire_mark(rollout) == self.model.marks.get(rollout)
+        assert list(self.core._finished) == list(self.model.finished)
+
+    @invariant()
+    def no_retired_attempt_is_in_flight(self) -> None:
+        for episode in self.core.in_flight():
+            mark = self.core.retire_mark(episode.rollout_id)
+            assert mark is None or episode.attempt > mark
+        assert sorted(self.core.in_flight()) == sorted(set(self.model.in_flight))
+
+    @invariant()
+    def state_matches_the_model(self) -> None:
+        assert {e: s["turn"] for e, s in self.hooks.states.items()} == self.model.states
+
+    @invariant()
+    def published_commits_reread_intact(self) -> None:
+        for directory, checkpoint_id, records in self.published[-3:]:
+            manifest = store.read_manifest(
+                directory, kind="agent", instance="agent", checkpoint_id=checkpoint_id
+            )
+            assert list(store.iter_records(directory, manifest)) == records
+
+
+CoreMachine.TestCase.settings = settings(
+    max_examples=120,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCoreStateful = CoreMachine.TestCase

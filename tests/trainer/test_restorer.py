@@ -1,0 +1,338 @@
+"""Tests for envckpt.trainer.restorer: startup restore from the newest usable snapshot.
+
+A module fixture runs one incarnation of the job with rollouts mid-flight,
+takes two snapshots (``older``, then ``newer``, which also holds an orphan
+staging row) and crashes it. Each test restores a copy of that directory into
+fresh simulated Gym processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from envckpt.errors import IncompatibleCheckpoint
+from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
+from envckpt.facade.manifest import GymSnapshotManifest, read_manifest
+from envckpt.interfaces import NoEnvironmentCheckpoint
+from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.layout import (
+    MANIFEST_NAME,
+    build_snapshot_manifest,
+    verify_snapshot,
+    write_snapshot_manifest,
+)
+from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger, RestoreMismatch
+from envckpt.trainer.restorer import Restorer, RestoreReport
+from envckpt.trainer.results import RESULTS_SIDECAR
+from envckpt.trainer.snapshotter import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
+
+from helpers.snapshot_rig import TURNS, Rig, mid_flight, running, wait_until
+
+ORPHAN = "orphan/t0"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One published snapshot of the template run and the turns each rollout held then."""
+
+    checkpoint_id: str
+    held: dict[str, int]
+    manifest: GymSnapshotManifest
+
+
+@dataclass(frozen=True)
+class Template:
+    root: Path
+    older: Saved
+    newer: Saved
+
+
+async def _snapshot(rig: Rig) -> Saved:
+    async with rig.snapshotter.snapshot() as result:
+        held = rig.turns_held()  # paused: exactly the turns the snapshot holds
+    return Saved(result.checkpoint_id, held, read_manifest(result.path))
+
+
+async def _crashed_run(root: Path) -> Template:
+    rig = Rig(root).fresh()
+    async with running(rig.job(rig.tasks(4))):
+        await mid_flight(rig)
+        older = await _snapshot(rig)
+        async with rig.barrier.mutation() as cut:
+            rig.plane.put(cut, ORPHAN, "orphan", b"a row no rollout references")
+        await wait_until(
+            lambda: all(rig.turns_held().get(k, TURNS) > n for k, n in older.held.items())
+        )
+        newer = await _snapshot(rig)
+    await rig.crash()
+    return Template(root, older, newer)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    return asyncio.run(_crashed_run(tmp_path_factory.mktemp("template")))
+
+
+@pytest.fixture
+def run_dir(template: Template, tmp_path: Path) -> Path:
+    """A private copy of the crashed run's files."""
+    target = tmp_path / "run"
+    shutil.copytree(template.root, target)
+    return target
+
+
+def snapshot_dir(root: Path, saved: Saved) -> Path:
+    return root / "snap" / "snapshots" / saved.checkpoint_id
+
+
+async def restore(root: Path) -> tuple[Rig, RestoreReport]:
+    """Fresh Gym processes restore ``root``; the rig is attached to what was restored."""
+    rig = Rig(root)
+    return rig, await rig.restore()
+
+
+def continued_from(manifest: GymSnapshotManifest) -> set[tuple[str, str, int]]:
+    """The triples a restore of ``manifest`` must continue: each saved attempt + 1."""
+    return {
+        (instance_id, episode.rollout_id, episode.attempt + 1)
+        for instance_id, record in manifest.instances.items()
+        for episode in record.episodes
+    }
+
+
+async def test_no_snapshot_means_a_fresh_start_with_an_empty_ledger(tmp_path: Path) -> None:
+    """Without a published snapshot the job starts fresh and the environment is not contacted."""
+    restorer = Restorer(
+        tmp_path / "snap", env_checkpoint=NoEnvironmentCheckpoint(), barrier=DataPlaneBarrier()
+    )
+    report = await restorer.restore(data_plane_path=tmp_path / "live.sqlite")
+    with report.data_plane as plane:
+        assert report.path is None and report.plan is None and report.manifest is None
+        assert report.refused == [] and report.cleared_rows == 0
+        assert len(report.ledger) == 0
+        assert plane.keys() == frozenset()
+        assert plane.path == tmp_path / "live.sqlite"
+
+
+async def test_restore_continues_exactly_the_saved_rollouts_as_the_next_attempt(
+    template: Template, run_dir: Path
+) -> None:
+    """Saved in-flight rollouts continue as attempt N+1 on their instance, at their saved turn."""
+    rig, report = await restore(run_dir)
+    newer = template.newer
+    assert report.path == snapshot_dir(run_dir, newer)
+    assert report.manifest is not None and report.manifest.checkpoint_id == newer.checkpoint_id
+    assert report.refused == []
+    plan = report.plan
+    assert plan is not None
+    assert {(e.instance_id, e.rollout_id, e.attempt) for e in plan.continued} == continued_from(
+        newer.manifest
+    )
+    assert {e.rollout_id for e in plan.continued} == set(newer.held)
+    assert plan.abandoned == ()
+    for entry in plan.continued:
+        assert entry.status is LedgerStatus.RESERVED and entry.restored
+        assert rig.ledger.entry(entry.rollout_id) == entry
+    redispatch = rig.ledger.redispatch_order()
+    assert redispatch[: len(plan.continued)] == tuple(
+        e for e in rig.ledger.entries() if e in plan.continued
+    )
+    # Each fresh process holds exactly its own restored rollouts, parked at the saved turn.
+    for instance_id, gym in rig.gyms.items():
+        mine = {e.episode.capture_key for e in plan.continued if e.instance_id == instance_id}
+        assert set(gym.agent.sessions()) == mine
+    tasks = {task.rollout_id: task for task in rig.tasks(4)}
+    try:
+        for entry in plan.continued:
+            task = tasks[entry.rollout_id]
+            result = await rig.gyms[entry.instance_id].run(entry.episode, task.task)
+            assert result["resumed_from_turn"] == newer.held[entry.rollout_id] > 0
+            assert result["transcript"] == rig.gyms[entry.instance_id].expected_transcript(
+                entry.rollout_id, task.task
+            )
+            attempts = [turn["attempt"] for turn in result["turns"]]
+            saved_turns = newer.held[entry.rollout_id]
+            assert attempts == [0] * saved_turns + [1] * (len(attempts) - saved_turns)
+    finally:
+        rig.plane.close()
+
+
+async def test_orphan_staging_rows_are_cleared_and_restored_keys_kept(
+    template: Template, run_dir: Path
+) -> None:
+    """Rows nothing references are deleted at restore; the restored rollouts' rows stay."""
+    saved_plane = snapshot_dir(run_dir, template.newer) / DATA_PLANE_NAME
+    rig, report = await restore(run_dir)
+    try:
+        plan = report.plan
+        assert plan is not None
+        keys = report.data_plane.keys()
+        assert ORPHAN not in keys
+        assert report.cleared_rows >= 1
+        restored_keys = template.newer.manifest.staging_keys()
+        assert restored_keys and restored_keys <= keys
+        assert keys <= plan.keep_staging_keys
+        assert not keys & plan.clear_staging_keys
+        # The snapshot itself is never modified by a restore.
+        assert verify_snapshot(saved_plane.parent).checkpoint_id == template.newer.checkpoint_id
+    finally:
+        rig.plane.close()
+
+
+def _flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    index = len(data) // 2 if offset is None else offset
+    data[index] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _records_file(snapshot: Path) -> Path:
+    return next(snapshot.glob("gym-instances/*/replica-0/gym/agent/*/records-*.jsonl"))
+
+
+CORRUPTIONS: dict[str, Callable[[Path], object]] = {
+    "ledger-byte": lambda s: _flip_byte(s / LEDGER_NAME),
+    "dataplane-byte": lambda s: _flip_byte(s / DATA_PLANE_NAME),
+    "records-byte": lambda s: _flip_byte(_records_file(s)),
+    "gym-manifest-byte": lambda s: _flip_byte(s / GYM_MANIFEST),
+    "sidecar-byte": lambda s: _flip_byte(s / SIDECAR_DIR / RESULTS_SIDECAR),
+    "manifest-deleted": lambda s: (s / MANIFEST_NAME).unlink(),
+    "ledger-truncated": lambda s: os.truncate(s / LEDGER_NAME, 40),
+    "records-deleted": lambda s: _records_file(s).unlink(),
+    "extra-file": lambda s: (s / "stray.txt").write_text("left behind"),
+}
+
+
+@pytest.mark.parametrize("corrupt", sorted(CORRUPTIONS))
+async def test_a_corrupt_newest_snapshot_is_refused_whole_and_the_previous_one_used(
+    template: Template, run_dir: Path, corrupt: str
+) -> None:
+    """Any damage to the newest snapshot refuses it whole; the older one is restored instead."""
+    CORRUPTIONS[corrupt](snapshot_dir(run_dir, template.newer))
+    rig, report = await restore(run_dir)
+    try:
+        older = template.older
+        assert report.path == snapshot_dir(run_dir, older)
+        if corrupt != "manifest-deleted":  # see test_a_snapshot_without_its_manifest_is_reported
+            assert [name for name, _ in report.refused] == [template.newer.checkpoint_id]
+            assert report.refused[0][1]
+        plan = report.plan
+        assert plan is not None
+        assert {(e.instance_id, e.rollout_id, e.attempt) for e in plan.continued} == continued_from(
+            older.manifest
+        )
+        # Nothing of the refused snapshot reached the environment or the data plane.
+        for instance_id, gym in rig.gyms.items():
+            turns = {key: len(state["turns"]) for key, state in gym.agent.sessions().items()}
+            assert turns == {
+                e.episode.capture_key: older.held[e.rollout_id]
+                for e in plan.continued
+                if e.instance_id == instance_id
+            }
+        keys = report.data_plane.keys()
+        assert ORPHAN not in keys
+    finally:
+        rig.plane.close()
+
+
+async def test_a_snapshot_without_its_manifest_is_reported_as_refused(
+    template: Template, run_dir: Path
+) -> None:
+    """A newest snapshot whose MANIFEST.json was lost shows up in report.refused."""
+    (snapshot_dir(run_dir, template.newer) / MANIFEST_NAME).unlink()
+    rig, report = await restore(run_dir)
+    try:
+        assert report.path == snapshot_dir(run_dir, template.older)
+        assert [name for name, _ in report.refused] == [template.newer.checkpoint_id]
+    finally:
+        rig.plane.close()
+
+
+async def test_every_snapshot_corrupt_means_a_fresh_start(
+    template: Template, run_dir: Path
+) -> None:
+    """When no snapshot verifies, each is reported as refused and the job starts fresh."""
+    for saved in (template.newer, template.older):
+        _flip_byte(snapshot_dir(run_dir, saved) / LEDGER_NAME)
+    rig, report = await restore(run_dir)
+    try:
+        assert report.path is None and report.plan is None
+        assert [name for name, _ in report.refused] == [
+            template.newer.checkpoint_id,
+            template.older.checkpoint_id,
+        ]
+        assert len(report.ledger) == 0
+        assert all(gym.agent.sessions() == {} for gym in rig.gyms.values())
+    finally:
+        rig.plane.close()
+
+
+async def test_unpublished_leftovers_are_removed(template: Template, run_dir: Path) -> None:
+    """Temporary directories a crash left in .tmp are deleted and never considered."""
+    debris = run_dir / "snap" / ".tmp" / "rollouts-crashed"
+    shutil.copytree(snapshot_dir(run_dir, template.newer), debris)
+    (debris / MANIFEST_NAME).unlink()
+    rig, report = await restore(run_dir)
+    try:
+        assert list((run_dir / "snap" / ".tmp").iterdir()) == []
+        assert report.path == snapshot_dir(run_dir, template.newer)
+        assert report.refused == []
+    finally:
+        rig.plane.close()
+
+
+async def test_an_error_inside_the_restore_drops_what_the_environment_restored(
+    template: Template, run_dir: Path
+) -> None:
+    """A ledger that disagrees with the environment raises; every restored attempt is retired."""
+    snapshot = snapshot_dir(run_dir, template.newer)
+    published = verify_snapshot(snapshot)
+    ledger = RecoveryLedger.load(snapshot / LEDGER_NAME)
+    moved = sorted(template.newer.held)[0]
+    barrier = DataPlaneBarrier()
+    async with barrier.mutation() as cut:
+        # The trainer re-minted this rollout after the environment captured it.
+        ledger.fail(cut, moved)
+        ledger.mint_next_attempt(cut, moved)
+    ledger.save(snapshot / LEDGER_NAME)
+    # Re-seal the directory so it verifies: only the restore itself can notice.
+    write_snapshot_manifest(
+        snapshot,
+        build_snapshot_manifest(
+            snapshot,
+            checkpoint_id=published.checkpoint_id,
+            created_at=published.created_at,
+            metrics=published.metrics,
+        ),
+    )
+    rig = Rig(run_dir)
+    restorer = Restorer(rig.snapshot_root, env_checkpoint=rig.facade, barrier=rig.barrier)
+    with pytest.raises(RestoreMismatch) as caught:
+        await restorer.restore(data_plane_path=rig.live_path)
+    assert any(moved in problem for problem in caught.value.mismatches)
+    for instance_id, record in template.newer.manifest.instances.items():
+        gym = rig.gyms[instance_id]
+        assert gym.agent.sessions() == {} and gym.model.staging_ledger() == {}
+        assert gym.tool.sessions() == {}
+        for episode in record.episodes:
+            for core in gym.cores.values():
+                assert core.retire_mark(episode.rollout_id) == episode.attempt + 1
+        assert {core.phase for core in gym.cores.values()} == {"idle"}
+
+
+async def test_a_backend_without_rollout_state_refuses_a_snapshot_that_holds_some(
+    template: Template, run_dir: Path
+) -> None:
+    """Restoring Gym state into NoEnvironmentCheckpoint raises IncompatibleCheckpoint."""
+    restorer = Restorer(
+        run_dir / "snap", env_checkpoint=NoEnvironmentCheckpoint(), barrier=DataPlaneBarrier()
+    )
+    with pytest.raises(IncompatibleCheckpoint):
+        await restorer.restore(data_plane_path=run_dir / "live.sqlite")
