@@ -10,6 +10,7 @@ below every other layer (docs/engine.md, "Layers").
 
     Route.PREPARE.path                    # "/ng-control/v1/checkpoint/prepare"
     STAGES                                # environment, model, agent, resources
+    Phase.PREPARED                        # a participant's phase, as on the wire
     ERROR_STATUS[ErrorCode.STALE_ATTEMPT] # 409
     REQUEST_MODELS["commit"].model_validate(body)
 """
@@ -111,6 +112,20 @@ def parse_mode(value: object) -> Mode:
 
 _KINDS = frozenset(kind.value for kind in Kind)
 _MODES = frozenset(mode.value for mode in Mode)
+
+
+class Phase(StrEnum):
+    """A participant's checkpoint phase: the ``phase`` field of status and replies.
+
+    The participant's phase machine (``envckpt.machines.tables``) runs on
+    these states; they live here because they are on the wire.
+    """
+
+    IDLE = "idle"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    COMMITTED = "committed"
+    RESTORED = "restored"
 
 
 class ErrorCode(StrEnum):

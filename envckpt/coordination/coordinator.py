@@ -25,7 +25,7 @@ from envckpt.coordination.transport import ControlReply, ControlTransport, Trans
 from envckpt.coordination.types import Member, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
-from envckpt.protocol import RETIRE_ORDER, STAGES, Kind, Mode, parse_kind, parse_mode
+from envckpt.protocol import RETIRE_ORDER, STAGES, Kind, Mode, Phase, parse_kind, parse_mode
 
 # Room for the reply to arrive after the participant's own deadline.
 REPLY_SLACK_SECONDS = 5.0
@@ -102,7 +102,7 @@ class Coordinator:
                 "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts
             )
             replies.update(stage)
-            if any(reply.get("phase") != "prepared" for reply in stage.values()):
+            if any(reply.get("phase") != Phase.PREPARED for reply in stage.values()):
                 return PrepareResult(prepared=False, replies=replies)
         return PrepareResult(prepared=True, replies=replies)
 

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.protocol import STAGES, Kind, Mode, parse_kind, parse_mode
+from envckpt.protocol import STAGES, Kind, Mode, Phase, parse_kind, parse_mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ class PrepareResult:
         return {
             server: tuple(reply.get("report", {}).get("blockers", ()))
             for server, reply in sorted(self.replies.items())
-            if reply.get("phase") != "prepared"
+            if reply.get("phase") != Phase.PREPARED
         }
 
     def restarts(self) -> frozenset[EnvironmentEpisode]:

@@ -66,7 +66,13 @@ from envckpt.ids import mint_checkpoint_id
 from envckpt.interfaces import RestoredEnvironmentRollouts
 from envckpt.inventory import RolloutInventory, SnapshotContents
 from envckpt.machines.binding import MachineState
-from envckpt.machines.tables import INSTANCE_LIFECYCLE
+from envckpt.machines.tables import (
+    FRESH,
+    HOLDS_RESTORE,
+    INSTANCE_LIFECYCLE,
+    SNAPSHOT_SESSION,
+    SessionState,
+)
 
 T = TypeVar("T")
 # A failed restore must still clean up even if its own deadline has passed.
@@ -183,7 +189,10 @@ class GymEnvironmentCheckpoint:
         if self._active is not None:
             # Two snapshots (or a snapshot and a restore) at once: a caller bug.
             raise IllegalTransition(
-                machine="snapshot_session", instance=self._active, state="opened", trigger=trigger
+                machine=SNAPSHOT_SESSION.name,
+                instance=self._active,
+                state=SNAPSHOT_SESSION.initial,
+                trigger=trigger,
             )
         self._active = checkpoint_id
 
@@ -249,7 +258,9 @@ class GymEnvironmentCheckpoint:
             await _stop(renewer)
             self._active = None
 
-    async def _take(self, path: Path, checkpoint_id: str, session: MachineState) -> _Taken:
+    async def _take(
+        self, path: Path, checkpoint_id: str, session: MachineState[SessionState]
+    ) -> _Taken:
         clock = self._clock
         await self._all("discover", lambda i: i.discover())
         await self._settle()
@@ -358,7 +369,7 @@ class GymEnvironmentCheckpoint:
             for iid, error in errors.items():
                 log.warning("lease renewal failed", instance_id=iid, error=str(error))
 
-    async def _abort(self, checkpoint_id: str, session: MachineState) -> None:
+    async def _abort(self, checkpoint_id: str, session: MachineState[SessionState]) -> None:
         """Resume every instance that may hold the open checkpoint; never raises."""
         try:
             await _uncancellable(self._resume_all(checkpoint_id))
@@ -428,7 +439,7 @@ class GymEnvironmentCheckpoint:
         # Only a fresh deployment may restore: refuse before anything is sent.
         states = await self._all("state", lambda i: i.state())
         for iid, state in sorted(states.items()):
-            if state not in ("undiscovered", "discovered"):
+            if state not in FRESH:
                 raise IllegalTransition(
                     machine=INSTANCE_LIFECYCLE.name, instance=iid, state=state, trigger="restore"
                 )
@@ -478,7 +489,7 @@ class GymEnvironmentCheckpoint:
 
         async def abandon(instance: InstanceClient) -> None:
             state = await instance.state()
-            if state in ("restored", "restore_failed"):
+            if state in HOLDS_RESTORE:
                 episodes: tuple[EnvironmentEpisode, ...] = manifest.instances[
                     instance.instance_id
                 ].episodes

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from envckpt.interfaces import MutationCut
 from envckpt.inventory import RolloutInventory, SnapshotContents
 from envckpt.machines.binding import MachineState, bind
-from envckpt.machines.tables import SNAPSHOT_SESSION
+from envckpt.machines.tables import SNAPSHOT_SESSION, SessionState
 
 SESSION = bind(SNAPSHOT_SESSION)
 
@@ -34,7 +34,7 @@ class GymEnvironmentSnapshot:
         *,
         contents: SnapshotContents,
         inventory: RolloutInventory,
-        session: MachineState,
+        session: MachineState[SessionState],
         timings: SnapshotTimings,
         unowned_live_episodes: int,
     ) -> None:
@@ -49,7 +49,7 @@ class GymEnvironmentSnapshot:
         return self.contents.checkpoint_id
 
     @property
-    def state(self) -> str:
+    def state(self) -> SessionState:
         return self._session.state
 
     @property

@@ -35,7 +35,7 @@ from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.gym.summaries import GymCheckpointCommitSummary
 from envckpt.ids import mint_checkpoint_id
 from envckpt.machines.binding import MachineState, bind
-from envckpt.machines.tables import INSTANCE_LIFECYCLE
+from envckpt.machines.tables import INSTANCE_LIFECYCLE, InstanceState
 
 _LIFECYCLE = bind(INSTANCE_LIFECYCLE)
 
@@ -47,14 +47,14 @@ class GymCheckpointAdapter:
         self._instance = instance
         self._coordination = coordination
         self._participants: Participants | None = None
-        self._machine: MachineState = _LIFECYCLE.new(instance.instance_id)
+        self._machine: MachineState[InstanceState] = _LIFECYCLE.new(instance.instance_id)
 
     @property
     def instance(self) -> GymCheckpointInstance:
         return self._instance
 
     @property
-    def state(self) -> str:
+    def state(self) -> InstanceState:
         return self._machine.state
 
     @property
@@ -93,7 +93,7 @@ class GymCheckpointAdapter:
 
     async def discover(self) -> None:
         """Find the deployment's participants; a second call is a no-op."""
-        if self.state != "undiscovered":
+        if self.state is not InstanceState.UNDISCOVERED:
             return
         _LIFECYCLE.check(self._machine, "discover")
         with self._unavailable("discover"):
@@ -249,7 +249,7 @@ class GymCheckpointAdapter:
         rule), and the retire's failure is raised after.
         """
         scope = tuple(episodes)
-        if self.state == "restored":
+        if self.state is InstanceState.RESTORED:
             # Remember the decision before any I/O: the restore is void now.
             self._fire("abandon_restore", checkpoint_id)
         _LIFECYCLE.check(self._machine, "retire")

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import cache
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
 import structlog
 from transitions import Machine, MachineError
@@ -28,16 +29,17 @@ from transitions import Machine, MachineError
 from envckpt.errors import IllegalTransition
 from envckpt.machines.table import MachineTable
 
+S = TypeVar("S", bound=StrEnum)
 # A lazy proxy: nothing is bound or configured at import time.
 _LOG = structlog.get_logger("envckpt.transitions")
 
 
-class MachineState:
+class MachineState(Generic[S]):
     """The running state of one model of a table (one instance, one participant)."""
 
     __slots__ = ("entered_at", "name", "state")
 
-    def __init__(self, name: str, initial: str) -> None:
+    def __init__(self, name: str, initial: S) -> None:
         self.name = name
         self.state = initial
         self.entered_at = time.monotonic()
@@ -59,57 +61,66 @@ class TransitionRecord:
     elapsed: float
 
 
-class BoundMachine:
+class BoundMachine(Generic[S]):
     """A table compiled into one shared ``transitions.Machine``."""
 
-    def __init__(self, table: MachineTable) -> None:
+    def __init__(self, table: MachineTable[S]) -> None:
         self.table = table
+        # transitions is given plain names (it treats Enum states by member
+        # name); the model's state is turned back into the table's value
+        # after every fire.
+        self._by_name: dict[str, S] = {str(state): state for state in table.states}
         self._machine = Machine(
             model=None,
-            states=list(table.states),
-            initial=table.initial,
+            states=[str(state) for state in table.states],
+            initial=str(table.initial),
             auto_transitions=False,
             ignore_invalid_triggers=False,
             name=table.name,
         )
         for row in table.rows:
-            self._machine.add_transition(row.trigger, list(row.sources), row.dest)
+            for source in row.sources:
+                dest = str(row.destination_from(source))
+                self._machine.add_transition(row.trigger, str(source), dest)
 
-    def new(self, name: str, state: str | None = None) -> MachineState:
+    def new(self, name: str, state: str | None = None) -> MachineState[S]:
         """A fresh model in the table's initial state (or ``state``, for rebuilds)."""
-        start = self.table.initial if state is None else state
-        if start not in self.table.states:
-            raise ValueError(f"{self.table.name}: unknown state {start!r}")
+        start = self.table.initial if state is None else self.table.state(state)
         return MachineState(name, start)
 
-    def can_fire(self, model: MachineState, trigger: str) -> bool:
+    def can_fire(self, model: MachineState[S], trigger: str) -> bool:
         """Whether ``trigger`` is legal in the model's current state."""
         return self.table.destination(model.state, trigger) is not None
 
-    def check(self, model: MachineState, trigger: str) -> None:
+    def check(self, model: MachineState[S], trigger: str) -> None:
         """Raise ``IllegalTransition`` unless ``trigger`` is legal now. No side effect."""
         if not self.can_fire(model, trigger):
             raise self._illegal(model, trigger)
 
     def fire(
-        self, model: MachineState, trigger: str, *, checkpoint_id: str | None = None
+        self, model: MachineState[S], trigger: str, *, checkpoint_id: str | None = None
     ) -> TransitionRecord:
         """Move the model along ``trigger`` and log the transition as one event."""
         source = model.state
         event = self._machine.events.get(trigger)
         if event is None:
             raise self._illegal(model, trigger)
+        # transitions reads an Enum state by its member name: hand it the plain
+        # value while it runs, and the table's value back afterwards.
+        model.state = str(source)  # type: ignore[assignment]
         try:
             event.trigger(model)
         except MachineError:
             raise self._illegal(model, trigger) from None
+        finally:
+            model.state = self._by_name[str(model.state)]
         now = time.monotonic()
         record = TransitionRecord(
             machine=self.table.name,
             instance_id=model.name,
             trigger=trigger,
-            source=source,
-            dest=model.state,
+            source=str(source),
+            dest=str(model.state),
             checkpoint_id=checkpoint_id,
             elapsed=round(now - model.entered_at, 6),
         )
@@ -126,13 +137,28 @@ class BoundMachine:
         )
         return record
 
-    def _illegal(self, model: MachineState, trigger: str) -> IllegalTransition:
+    def step(self, name: str, state: S, trigger: str) -> S:
+        """Fire ``trigger`` on a throwaway model in ``state``; return where it lands.
+
+        For machines whose state lives in an immutable record (the ledger's
+        entries): the record is rebuilt with the returned state.
+        """
+        model = MachineState(name, state)
+        self.fire(model, trigger)
+        return model.state
+
+    def _illegal(self, model: MachineState[S], trigger: str) -> IllegalTransition:
         return IllegalTransition(
             machine=self.table.name, instance=model.name, state=model.state, trigger=trigger
         )
 
 
-@cache
-def bind(table: MachineTable) -> BoundMachine:
+_BOUND: dict[str, BoundMachine[Any]] = {}
+
+
+def bind(table: MachineTable[S]) -> BoundMachine[S]:
     """The shared compiled machine for ``table`` (built once per process)."""
-    return BoundMachine(table)
+    bound = _BOUND.get(table.name)
+    if bound is None or bound.table is not table:
+        bound = _BOUND[table.name] = BoundMachine(table)
+    return bound

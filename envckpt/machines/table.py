@@ -1,57 +1,115 @@
 """The shape of a machine declaration: states, rows and the queries on them.
 
-A ``MachineTable`` is pure data (standard library only, no I/O). The binding
+A ``MachineTable`` is pure data (standard library only, no I/O). Its states are
+the members of one ``StrEnum``, so code names a state (``Phase.PREPARED``)
+instead of spelling it, and a misspelt state is an ``AttributeError`` at
+import time rather than a comparison that is silently never true. The binding
 to the ``transitions`` library, the statechart generator and the tests all read
 the same table, so what reviewers see is what runs.
+
+    table = MachineTable(name="door", title="A door", states=tuple(Door),
+                         initial=Door.SHUT, rows=(Row("open", (Door.SHUT,), Door.OPEN),
+                                                  Row("knock", (Door.SHUT,), STAYS)))
+    table.destination(Door.SHUT, "open")     # Door.OPEN
+    table.destination(Door.OPEN, "open")     # None: refused
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import Generic, TypeVar
 
-# A row whose destination is SAME keeps the machine in its source state.
-SAME = "="
+S = TypeVar("S", bound=StrEnum)
+
+
+class _Stays(Enum):
+    STAYS = "stays"
+
+
+# The destination of a row that keeps the machine in its source state.
+STAYS = _Stays.STAYS
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
-    """``trigger`` moves the machine from any of ``sources`` to ``dest``."""
+class Row(Generic[S]):
+    """``trigger`` moves the machine from any of ``sources`` to ``dest``, for ``why``."""
 
     trigger: str
-    sources: tuple[str, ...]
-    dest: str
+    sources: tuple[S, ...]
+    dest: S | _Stays
     why: str = ""
 
     def __post_init__(self) -> None:
         if not self.trigger or not self.sources:
             raise ValueError("a row needs a trigger and at least one source")
 
+    def destination_from(self, source: S) -> S:
+        """Where this row takes the machine from ``source``."""
+        return source if self.dest is STAYS else self.dest  # type: ignore[return-value]
+
 
 @dataclass(frozen=True, slots=True)
-class MachineTable:
-    """A finite state machine declared as rows ``(trigger, sources, dest)``."""
+class StateGroup(Generic[S]):
+    """A named set of states the code asks about (and charts may draw as one box)."""
+
+    name: str
+    states: frozenset[S]
+    why: str = ""
+
+    def __contains__(self, state: object) -> bool:
+        return state in self.states
+
+
+@dataclass(frozen=True, slots=True)
+class MachineTable(Generic[S]):
+    """A finite state machine declared as rows ``(trigger, sources, dest)``.
+
+    ``terminal`` states end the machine: they have no exit, and every other
+    state must have one (the tests check both). ``groups`` name the sets of
+    states the code tests membership of, so that no caller repeats a list of
+    states. ``state_notes`` are shown beside their state on the charts.
+    """
 
     name: str
     title: str
-    states: tuple[str, ...]
-    initial: str
-    rows: tuple[Row, ...]
-    state_notes: tuple[tuple[str, str], ...] = field(default=())
+    states: tuple[S, ...]
+    initial: S
+    rows: tuple[Row[S], ...]
+    terminal: frozenset[S] = field(default=frozenset())
+    groups: tuple[StateGroup[S], ...] = field(default=())
+    state_notes: tuple[tuple[S, str], ...] = field(default=())
+    # (state, trigger) -> destination, built once: legality is checked on every call.
+    _index: dict[tuple[str, str], S] = field(
+        init=False, repr=False, compare=False, hash=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
-        if self.initial not in self.states:
+        known = set(self.states)
+        if len(known) != len(self.states):
+            raise ValueError(f"{self.name}: a state is declared twice")
+        if self.initial not in known:
             raise ValueError(f"{self.name}: initial state {self.initial!r} is not a state")
-        seen: set[tuple[str, str]] = set()
+        for what, states in (
+            ("terminal", self.terminal),
+            ("note", {state for state, _ in self.state_notes}),
+            *((f"group {group.name}", group.states) for group in self.groups),
+        ):
+            unknown = set(states) - known
+            if unknown:
+                raise ValueError(f"{self.name}: {what} names unknown states {sorted(unknown)}")
+        seen: set[tuple[S, str]] = set()
         for row in self.rows:
             for source in row.sources:
-                if source not in self.states:
+                if source not in known:
                     raise ValueError(f"{self.name}: unknown source {source!r} in {row}")
                 if (source, row.trigger) in seen:
                     # One (state, trigger) pair has one destination: no guards.
                     raise ValueError(f"{self.name}: {row.trigger!r} twice from {source!r}")
                 seen.add((source, row.trigger))
-            if row.dest != SAME and row.dest not in self.states:
+                self._index[(source, row.trigger)] = row.destination_from(source)
+            if row.dest is not STAYS and row.dest not in known:
                 raise ValueError(f"{self.name}: unknown destination {row.dest!r} in {row}")
 
     @property
@@ -59,25 +117,39 @@ class MachineTable:
         """Every trigger, in first-declared order."""
         return tuple(dict.fromkeys(row.trigger for row in self.rows))
 
-    def edges(self) -> Iterator[tuple[str, str, str]]:
-        """Every ``(source, trigger, dest)`` with SAME resolved, sorted."""
+    def state(self, name: str) -> S:
+        """The state called ``name``; ValueError if the table has none."""
+        for state in self.states:
+            if state == name:
+                return state
+        raise ValueError(f"{self.name}: unknown state {name!r}")
+
+    def group(self, name: str) -> frozenset[S]:
+        """The states of the group called ``name``; KeyError if there is none."""
+        for group in self.groups:
+            if group.name == name:
+                return group.states
+        raise KeyError(f"{self.name}: no state group {name!r}")
+
+    def edges(self) -> Iterator[tuple[S, str, S]]:
+        """Every ``(source, trigger, dest)`` with STAYS resolved, sorted."""
         resolved = {
-            (source, row.trigger, source if row.dest == SAME else row.dest)
+            (source, row.trigger, row.destination_from(source))
             for row in self.rows
             for source in row.sources
         }
         yield from sorted(resolved)
 
-    def destination(self, state: str, trigger: str) -> str | None:
+    def destination(self, state: str, trigger: str) -> S | None:
         """Where ``trigger`` takes the machine from ``state``; None if illegal."""
-        for row in self.rows:
-            if row.trigger == trigger and state in row.sources:
-                return state if row.dest == SAME else row.dest
-        return None
+        return self._index.get((state, trigger))
 
     def allowed(self, state: str) -> tuple[str, ...]:
         """Triggers legal in ``state``, in declaration order."""
         return tuple(t for t in self.triggers if self.destination(state, t) is not None)
 
     def note(self, state: str) -> str:
-        return dict(self.state_notes).get(state, "")
+        for noted, text in self.state_notes:
+            if noted == state:
+                return text
+        return ""

@@ -23,10 +23,11 @@ import structlog
 from envckpt.clock import Clock, SystemClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError, ProtocolViolation
+from envckpt.machines.tables import LedgerStatus
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
-from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger
+from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.results import ResultStore
 from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
 

@@ -54,184 +54,33 @@ protocol fixes its signature, and it only updates retire bookkeeping.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from envckpt import checksummed
 from envckpt.episodes import EnvironmentEpisode, sorted_episodes
-from envckpt.errors import CorruptCheckpoint, EnvckptError, ProtocolViolation
 from envckpt.fsutil import atomic_write_bytes
-from envckpt.ids import validate_attempt, validate_rollout_id
 from envckpt.interfaces import MutationCut, RestoredEnvironmentRollouts
 from envckpt.inventory import SnapshotContents, verify_contents
+from envckpt.machines.binding import bind
+from envckpt.machines.tables import KEEPS_ROWS, ROLLOUT_LEDGER, UNFINISHED, LedgerStatus
+from envckpt.trainer.ledger_entry import (
+    LedgerCorrupt,
+    LedgerEntry,
+    LedgerError,
+    RestartPlan,
+    RestoreMismatch,
+    StagingRowSource,
+)
 
 KIND = "envckpt.ledger"
 SCHEMA_VERSION = 1
 
-
-class LedgerStatus(StrEnum):
-    RESERVED = "reserved"
-    DISPATCHED = "dispatched"
-    SEALED = "sealed"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-
-
-_R, _D, _S, _F, _A = (
-    LedgerStatus.RESERVED,
-    LedgerStatus.DISPATCHED,
-    LedgerStatus.SEALED,
-    LedgerStatus.FAILED,
-    LedgerStatus.ABANDONED,
-)
-
-# Which statuses each action may start from; anything else is a LedgerError.
-TRANSITIONS: Mapping[str, frozenset[LedgerStatus]] = {
-    "dispatch": frozenset({_R}),
-    "add_staging_keys": frozenset({_R, _D}),
-    "seal": frozenset({_D}),
-    "fail": frozenset({_R, _D}),
-    "abandon": frozenset({_R, _D, _F}),
-    "mint_next_attempt": frozenset({_D, _F}),
-    "restart_from_task": frozenset({_A}),
-}
-UNFINISHED: frozenset[LedgerStatus] = frozenset({_R, _D, _F})
-FINISHED: frozenset[LedgerStatus] = frozenset({_S, _A})
-
-
-class LedgerError(EnvckptError, RuntimeError):
-    """A ledger call the rollout's status does not allow (a caller bug; nothing changed)."""
-
-    _fields = ("message", "rollout_id", "action", "status")
-
-    def __init__(
-        self, message: str, *, rollout_id: str = "", action: str = "", status: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.rollout_id = rollout_id
-        self.action = action
-        self.status = status
-
-
-class LedgerCorrupt(CorruptCheckpoint):
-    """A saved ledger is truncated, damaged, foreign, or of another schema."""
-
-
-class RestoreMismatch(ProtocolViolation):
-    """The environment restored rollouts the ledger does not hold as restorable."""
-
-    _fields = ("message", "mismatches")
-
-    def __init__(self, message: str, *, mismatches: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.mismatches = tuple(mismatches)
-
-
-class StagingRowSource(Protocol):
-    """The part of a data plane the ledger checks snapshots against."""
-
-    def missing_keys(self, keys: Iterable[str]) -> frozenset[str]:
-        """The keys of ``keys`` that have no row."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """One rollout's current attempt.
-
-    ``restored`` marks an attempt a restore installed on ``instance_id`` that
-    has not been re-sent yet: the instance holds it although it is reserved.
-    """
-
-    rollout_id: str
-    attempt: int
-    instance_id: str
-    status: LedgerStatus
-    staging_keys: tuple[str, ...] = ()
-    restored: bool = False
-
-    def __post_init__(self) -> None:
-        validate_rollout_id(self.rollout_id)
-        validate_attempt(self.attempt)
-        if not isinstance(self.instance_id, str) or not self.instance_id:
-            raise ValueError("instance_id must be a non-empty string")
-        if not isinstance(self.status, LedgerStatus):
-            raise ValueError(f"status must be a LedgerStatus, got {self.status!r}")
-        if not isinstance(self.staging_keys, tuple) or not all(
-            isinstance(key, str) and key for key in self.staging_keys
-        ):
-            raise ValueError("staging_keys must be a tuple of non-empty strings")
-        if len(set(self.staging_keys)) != len(self.staging_keys):
-            raise ValueError("staging_keys must not repeat")
-        if not isinstance(self.restored, bool):
-            raise ValueError("restored must be a bool")
-        if self.restored and self.status is not LedgerStatus.RESERVED:
-            raise ValueError("only a reserved attempt can be waiting for redispatch")
-
-    @property
-    def episode(self) -> EnvironmentEpisode:
-        return EnvironmentEpisode(self.rollout_id, self.attempt)
-
-    @property
-    def on_instance(self) -> bool:
-        """Whether the instance holds this attempt (it was sent, or a restore installed it)."""
-        return self.status is LedgerStatus.DISPATCHED or self.restored
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rollout_id": self.rollout_id,
-            "attempt": self.attempt,
-            "instance_id": self.instance_id,
-            "status": self.status.value,
-            "staging_keys": list(self.staging_keys),
-            "restored": self.restored,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> LedgerEntry:
-        """Parse ``to_json`` output; raise ValueError otherwise."""
-        if not isinstance(value, dict) or set(value) != _ENTRY_FIELDS:
-            raise ValueError(f"ledger entry must have exactly {sorted(_ENTRY_FIELDS)}")
-        keys = value["staging_keys"]
-        if not isinstance(keys, list):
-            raise ValueError("staging_keys must be a list")
-        return cls(
-            rollout_id=value["rollout_id"],
-            attempt=value["attempt"],
-            instance_id=value["instance_id"],
-            status=LedgerStatus(value["status"]),
-            staging_keys=tuple(keys),
-            restored=value["restored"],
-        )
-
-
-_ENTRY_FIELDS = frozenset(
-    {"rollout_id", "attempt", "instance_id", "status", "staging_keys", "restored"}
-)
-_DOCUMENT_FIELDS = frozenset({"schema_version", "kind", "entries", "dropped", "sha256"})
-
-
-@dataclass(frozen=True, slots=True)
-class RestartPlan:
-    """What ``prepare_for_restart`` did, for the trainer to act on.
-
-    ``continued``: the new reserved, restored attempts; redispatch them first,
-    each to its ``instance_id``. ``abandoned``: rollouts that restart from their
-    task (``restart_from_task``). ``keep_staging_keys``: rows still referenced
-    (restored keys, continued and sealed rollouts' keys); pass to
-    ``clear_orphans``. ``clear_staging_keys``: ledger-known rows nothing
-    references any more (``clear_orphans`` also removes rows the ledger never knew).
-    """
-
-    continued: tuple[LedgerEntry, ...]
-    abandoned: tuple[LedgerEntry, ...]
-    keep_staging_keys: frozenset[str]
-    clear_staging_keys: frozenset[str]
+# Every status change of an entry is a fired row of this table.
+_STATUS = bind(ROLLOUT_LEDGER)
 
 
 class RecoveryLedger:
@@ -272,7 +121,9 @@ class RecoveryLedger:
 
     def redispatch_order(self) -> tuple[LedgerEntry, ...]:
         """Reserved entries to send: restored ones first, then the rest, in reservation order."""
-        reserved = [entry for entry in self._entries.values() if entry.status is _R]
+        reserved = [
+            entry for entry in self._entries.values() if entry.status is LedgerStatus.RESERVED
+        ]
         return tuple(
             [entry for entry in reserved if entry.restored]
             + [entry for entry in reserved if not entry.restored]
@@ -287,7 +138,7 @@ class RecoveryLedger:
             sorted(
                 rollout_id
                 for rollout_id, entry in self._entries.items()
-                if entry.status in FINISHED and rollout_id not in pending
+                if entry.status not in UNFINISHED and rollout_id not in pending
             )
         )
 
@@ -352,14 +203,14 @@ class RecoveryLedger:
                 action="reserve",
                 status=existing.status.value,
             )
-        entry = LedgerEntry(rollout_id, 0, instance_id, _R)
+        entry = LedgerEntry(rollout_id, 0, instance_id, ROLLOUT_LEDGER.initial)
         self._put(entry)
         return entry
 
     def dispatch(self, cut: MutationCut, rollout_id: str) -> LedgerEntry:
         """The current attempt is being sent to its instance."""
         entry = self._check(cut, rollout_id, "dispatch")
-        return self._put(replace(entry, status=_D, restored=False))
+        return self._put(replace(entry, status=self._advance(entry, "dispatch"), restored=False))
 
     def add_staging_keys(
         self, cut: MutationCut, rollout_id: str, keys: Iterable[str]
@@ -367,24 +218,24 @@ class RecoveryLedger:
         """The current attempt wrote data rows under ``keys``."""
         entry = self._check(cut, rollout_id, "add_staging_keys")
         merged = tuple(sorted(set(entry.staging_keys).union(keys)))
-        return self._put(replace(entry, staging_keys=merged))
+        status = self._advance(entry, "add_staging_keys")
+        return self._put(replace(entry, status=status, staging_keys=merged))
 
     def seal(self, cut: MutationCut, rollout_id: str) -> LedgerEntry:
         """The rollout finished and its result is committed."""
         entry = self._check(cut, rollout_id, "seal")
-        return self._put(replace(entry, status=_S))
+        return self._put(replace(entry, status=self._advance(entry, "seal")))
 
     def fail(self, cut: MutationCut, rollout_id: str) -> LedgerEntry:
         """Give up on the current attempt; if its instance holds it, it must be retired."""
         entry = self._check(cut, rollout_id, "fail")
         self._drop(entry)
-        return self._put(replace(entry, status=_F, restored=False))
+        return self._put(replace(entry, status=self._advance(entry, "fail"), restored=False))
 
     def abandon(self, cut: MutationCut, rollout_id: str) -> LedgerEntry:
         """Give the rollout up; its staging keys stay listed for the caller to delete."""
         entry = self._check(cut, rollout_id, "abandon")
-        self._drop(entry)
-        return self._put(replace(entry, status=_A, restored=False))
+        return self._abandon(entry)
 
     def mint_next_attempt(
         self, cut: MutationCut, rollout_id: str, *, instance_id: str | None = None
@@ -396,14 +247,14 @@ class RecoveryLedger:
         staging keys are no longer referenced; the caller deletes those rows.
         """
         entry = self._check(cut, rollout_id, "mint_next_attempt")
-        return self._next_attempt(entry, instance_id)
+        return self._next_attempt(entry, "mint_next_attempt", instance_id)
 
     def restart_from_task(
         self, cut: MutationCut, rollout_id: str, *, instance_id: str | None = None
     ) -> LedgerEntry:
         """Start an abandoned rollout over as attempt + 1, reserved, with no rows."""
         entry = self._check(cut, rollout_id, "restart_from_task")
-        return self._next_attempt(entry, instance_id)
+        return self._next_attempt(entry, "restart_from_task", instance_id)
 
     def forgotten(self, cut: MutationCut, rollout_ids: Iterable[str]) -> None:
         """The environment forgot these rollouts; drop their entries."""
@@ -465,18 +316,18 @@ class RecoveryLedger:
         abandoned: list[LedgerEntry] = []
         for rollout_id, entry in list(self._entries.items()):
             if rollout_id in seen:
-                new = replace(entry, attempt=entry.attempt + 1, status=_R, restored=True)
+                status = self._advance(entry, "continue_restored")
+                new = replace(entry, attempt=entry.attempt + 1, status=status, restored=True)
                 continued.append(self._put(new))
-            elif entry.status is _R and not entry.restored:
+            elif entry.status is LedgerStatus.RESERVED and not entry.restored:
                 # Never sent, so no environment holds it: it simply waits to be
                 # sent, with no attempt to retire and no reason to re-mint.
                 continue
             elif entry.status in UNFINISHED:
-                self._drop(entry)
-                abandoned.append(self._put(replace(entry, status=_A, restored=False)))
+                abandoned.append(self._abandon(entry))
         keep = set(restored.staging_keys)
         for entry in self._entries.values():
-            if entry.status in {_R, _D, _S}:
+            if entry.status in KEEPS_ROWS:
                 keep.update(entry.staging_keys)
         known = {key for entry in self._entries.values() for key in entry.staging_keys}
         return RestartPlan(
@@ -489,10 +340,8 @@ class RecoveryLedger:
     # ---- save and load ---------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        """The ledger as checksummed canonical JSON."""
-        document: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
+        """The ledger as a checksummed JSON document."""
+        body: dict[str, Any] = {
             "entries": [entry.to_json() for entry in self._entries.values()],
             "dropped": [
                 {
@@ -504,40 +353,29 @@ class RecoveryLedger:
                 for episode in sorted(self._dropped[instance])
             ],
         }
-        document["sha256"] = _digest(document)
-        return _canonical(document) + b"\n"
+        return checksummed.encode(kind=KIND, schema_version=SCHEMA_VERSION, body=body)
 
     @classmethod
     def from_bytes(
         cls, data: bytes, *, data_plane: StagingRowSource | None = None, path: str = ""
     ) -> RecoveryLedger:
         """Parse ``to_bytes`` output; ``LedgerCorrupt`` for anything else."""
-        try:
-            document = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise LedgerCorrupt(f"ledger is not valid JSON (truncated?): {exc}", path=path) from exc
-        if not isinstance(document, dict):
-            raise LedgerCorrupt("ledger is not a JSON object", path=path)
-        if document.get("kind") != KIND:
-            raise LedgerCorrupt(f"foreign file kind {document.get('kind')!r}", path=path)
-        version = document.get("schema_version")
-        if type(version) is not int or version != SCHEMA_VERSION:
-            raise LedgerCorrupt(
-                f"ledger schema {version!r}, this build reads {SCHEMA_VERSION}", path=path
-            )
-        if set(document) != _DOCUMENT_FIELDS:
-            raise LedgerCorrupt(f"ledger fields {sorted(document)}", path=path)
-        body = {name: value for name, value in document.items() if name != "sha256"}
-        if document["sha256"] != _digest(body):
-            raise LedgerCorrupt("ledger checksum mismatch", path=path)
+        body = checksummed.decode(
+            data,
+            kind=KIND,
+            schema_version=SCHEMA_VERSION,
+            fields=("entries", "dropped"),
+            path=path,
+            error=LedgerCorrupt,
+        )
         ledger = cls(data_plane=data_plane)
         try:
-            for raw in _as_list(document["entries"], "entries"):
+            for raw in _as_list(body["entries"], "entries"):
                 entry = LedgerEntry.from_json(raw)
                 if entry.rollout_id in ledger._entries:
                     raise ValueError(f"rollout {entry.rollout_id!r} appears twice")
                 ledger._put(entry)
-            for raw in _as_list(document["dropped"], "dropped"):
+            for raw in _as_list(body["dropped"], "dropped"):
                 if not isinstance(raw, dict) or set(raw) != {
                     "instance_id",
                     "rollout_id",
@@ -579,7 +417,7 @@ class RecoveryLedger:
             raise LedgerError(
                 f"{action}: unknown rollout {rollout_id!r}", rollout_id=rollout_id, action=action
             )
-        if entry.status not in TRANSITIONS[action]:
+        if ROLLOUT_LEDGER.destination(entry.status, action) is None:
             raise LedgerError(
                 f"{action} is not allowed for rollout {rollout_id!r} in status {entry.status}",
                 rollout_id=rollout_id,
@@ -588,13 +426,24 @@ class RecoveryLedger:
             )
         return entry
 
-    def _next_attempt(self, entry: LedgerEntry, instance_id: str | None) -> LedgerEntry:
+    @staticmethod
+    def _advance(entry: LedgerEntry, action: str) -> LedgerStatus:
+        """The entry's status after ``action`` (checked legal by ``_check``)."""
+        return _STATUS.step(entry.rollout_id, entry.status, action)
+
+    def _abandon(self, entry: LedgerEntry) -> LedgerEntry:
+        self._drop(entry)
+        return self._put(replace(entry, status=self._advance(entry, "abandon"), restored=False))
+
+    def _next_attempt(
+        self, entry: LedgerEntry, action: str, instance_id: str | None
+    ) -> LedgerEntry:
         self._drop(entry)
         new = LedgerEntry(
             entry.rollout_id,
             entry.attempt + 1,
             instance_id if instance_id is not None else entry.instance_id,
-            _R,
+            self._advance(entry, action),
         )
         return self._put(new)
 
@@ -618,14 +467,6 @@ class RecoveryLedger:
             owned.discard(entry.rollout_id)
             if not owned:
                 del self._by_instance[entry.instance_id]
-
-
-def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
-def _digest(document: Mapping[str, Any]) -> str:
-    return hashlib.sha256(_canonical(document)).hexdigest()
 
 
 def _as_list(value: object, name: str) -> list[object]:

@@ -29,7 +29,8 @@ from envckpt.interfaces import EnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.layout import SnapshotLayout, SnapshotManifest, verify_snapshot
-from envckpt.trainer.ledger import RecoveryLedger, RestartPlan
+from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.ledger_entry import RestartPlan
 from envckpt.trainer.snapshotter import DATA_PLANE_NAME, LEDGER_NAME
 
 

@@ -296,7 +296,7 @@ async def test_retire_runs_callers_before_callees() -> None:
         "deadline_ts": cluster.deadline(),
         "episode_ids": [{"rollout_id": "r1", "attempt": 1}, {"rollout_id": "r2", "attempt": 0}],
     }
-    assert all(core.retire_mark("r1") == 1 for core in cluster.cores.values())
+    assert all(core.fence.mark("r1") == 1 for core in cluster.cores.values())
 
 
 async def test_forget_runs_callers_before_callees_with_sorted_ids() -> None:
@@ -325,7 +325,7 @@ async def test_retire_stops_before_callees_when_a_caller_fails() -> None:
             participants, "c1", [ep("r1")], deadline_ts=cluster.deadline()
         )
     assert "policy" not in cluster.transport.servers_of("retire")
-    assert cluster.cores["policy"].retire_mark("r1") is None
+    assert cluster.cores["policy"].fence.mark("r1") is None
 
 
 async def test_empty_retire_and_forget_send_nothing() -> None:
@@ -422,7 +422,7 @@ async def test_restore_is_all_or_nothing(tmp_path: Path) -> None:
     assert caught.value.failures == {"tools": "HTTP 500 Internal Server Error"}
     assert set(cluster.phases().values()) == {"idle"}
     for core in cluster.cores.values():
-        assert core.retire_mark("r1") == 1 and core.retire_mark("r2") == 2
+        assert core.fence.mark("r1") == 1 and core.fence.mark("r2") == 2
     for name in ("env", "policy", "agent-a", "agent-b"):
         assert cluster.hooks[name].states == {}
     routes = [s.route for s in cluster.transport.sent if s.route != "status"]
@@ -448,9 +448,9 @@ async def test_restore_cleanup_retires_past_a_failing_stage(tmp_path: Path) -> N
             participants, "rst-1", str(tmp_path), [ep("r1")], deadline_ts=cluster.deadline()
         )
     assert set(caught.value.failures) == {"tools"}
-    assert cluster.cores["env"].retire_mark("r1") is None
+    assert cluster.cores["env"].fence.mark("r1") is None
     for name in ("policy", "agent-a", "agent-b", "tools"):
-        assert cluster.cores[name].retire_mark("r1") == 1
+        assert cluster.cores[name].fence.mark("r1") == 1
     assert set(cluster.phases().values()) == {"idle"}
 
 
@@ -531,7 +531,7 @@ async def test_corrupt_records_make_the_restore_fail(tmp_path: Path) -> None:
     assert set(caught.value.failures) == {"agent-b"}
     assert caught.value.failures["agent-b"].startswith("invalid_checkpoint_state")
     assert set(fresh.phases().values()) == {"idle"}
-    assert all(core.retire_mark("r1") == 1 for core in fresh.cores.values())
+    assert all(core.fence.mark("r1") == 1 for core in fresh.cores.values())
     await drain_tasks()
 
 

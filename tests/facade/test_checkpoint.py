@@ -171,7 +171,7 @@ async def test_dropped_attempts_are_retired_before_prepare(tmp_path: Path) -> No
     await snapshot(world, tmp_path)
     assert world.inventory.dropped_attempts(A.instance_id) == ()
     for core in world.deployments[A].cores.values():
-        assert core.retire_mark("r3") == 0
+        assert core.fence.mark("r3") == 0
     document = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert document["instances"][A.instance_id]["episodes"] == [E1.to_wire()]
 
@@ -240,7 +240,7 @@ async def test_restore_is_all_or_nothing_across_instances(tmp_path: Path) -> Non
             pytest.fail("must not be yielded")
     for deployment in after.deployments.values():
         assert all(core.phase == "idle" for core in deployment.cores.values())
-    assert after.deployments[A].cores["agent"].retire_mark("r1") == 1
+    assert after.deployments[A].cores["agent"].fence.mark("r1") == 1
     assert after.deployments[A].hooks["agent"].state == {}
 
 
@@ -254,7 +254,7 @@ async def test_error_inside_restored_drops_what_was_restored(tmp_path: Path) -> 
         async with after.facade.restored(tmp_path):
             raise ValueError("ledger refused")
     assert after.deployments[A].hooks["agent"].state == {}
-    assert after.deployments[A].cores["agent"].retire_mark("r1") == 1
+    assert after.deployments[A].cores["agent"].fence.mark("r1") == 1
 
 
 async def test_restore_refuses_other_topology(tmp_path: Path) -> None:
@@ -337,7 +337,7 @@ async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
     async with world.facade.snapshot(tmp_path):
         pass
     await world.facade.forget({A.instance_id: ["r1"]})
-    assert world.deployments[A].cores["agent"].retire_mark("r1") is None
+    assert world.deployments[A].cores["agent"].fence.mark("r1") is None
 
 
 async def test_a_slow_participant_fails_the_snapshot_and_everyone_resumes(tmp_path: Path) -> None:

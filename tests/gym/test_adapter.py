@@ -216,7 +216,7 @@ async def test_restore_of_missing_state_is_corrupt_and_cleaned_up(tmp_path: Path
     assert adapter.state == "restore_failed"
     await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
     assert adapter.state == "resumed"
-    assert deployment.cores["agent"].retire_mark("r1") == 1
+    assert deployment.cores["agent"].fence.mark("r1") == 1
 
 
 async def test_restore_from_wrong_source_is_a_protocol_violation(tmp_path: Path) -> None:
@@ -250,9 +250,9 @@ async def test_retire_and_forget_are_legal_between_checkpoints() -> None:
     adapter = await discovered(deployment)
     await adapter.retire("c0", [E1], deadline_ts=far(deployment))
     assert adapter.state == "discovered"
-    assert all(core.retire_mark("r1") == 0 for core in deployment.cores.values())
+    assert all(core.fence.mark("r1") == 0 for core in deployment.cores.values())
     await adapter.forget("c0", ["r1"], deadline_ts=far(deployment))
-    assert all(core.retire_mark("r1") is None for core in deployment.cores.values())
+    assert all(core.fence.mark("r1") is None for core in deployment.cores.values())
 
 
 async def test_cancelled_prepare_leaves_the_instance_resumable() -> None:

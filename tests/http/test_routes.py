@@ -263,7 +263,7 @@ async def test_commit_not_ready_is_invalid_phase() -> None:
     async with deploy({"agent": make_core("agent", "agent")}) as d:
         d.apps["agent"].state.gate.clear()
         held = asyncio.create_task(d.turn("agent", "task-1"))
-        while not d.cores["agent"].in_flight():
+        while not d.cores["agent"].fence.in_flight():
             await asyncio.sleep(0.01)
         cid = new_id()
         reply = await d.post("agent", "prepare", body(cid, 0.3))

@@ -809,7 +809,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.run(lambda: facade.forget({rollout.instance.instance_id: [rollout.rollout_id]}))
         self.retired_drops = [r for r in self.retired_drops if r.rollout_id != rollout.rollout_id]
         for core in self.deployments[rollout.instance].cores.values():
-            assert core.retire_mark(rollout.rollout_id) is None
+            assert core.fence.mark(rollout.rollout_id) is None
 
     # ------------------------------------------------------------ invariants
 
@@ -860,9 +860,9 @@ class EngineMachine(RuleBasedStateMachine):
         for rollout in self.retired_drops:
             deployment = self.deployments[rollout.instance]
             for core in deployment.cores.values():
-                mark = core.retire_mark(rollout.rollout_id)
+                mark = core.fence.mark(rollout.rollout_id)
                 assert mark is not None and mark >= rollout.attempt, (core.server_name, mark)
-                assert not core.is_current(rollout.episode)
+                assert not core.fence.is_current(rollout.episode)
             for hooks in deployment.hooks.values():
                 assert rollout.episode not in hooks.state
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envckpt.machines.table import SAME, MachineTable, Row
+from envckpt.machines.table import STAYS, MachineTable, Row, StateGroup
 
 STATES = ("a", "b", "c")
 
@@ -22,7 +22,7 @@ def small() -> MachineTable:
         initial="a",
         rows=(
             Row("go", ("a",), "b", "first step"),
-            Row("stay", ("b", "a"), SAME),
+            Row("stay", ("b", "a"), STAYS),
             Row("go", ("b",), "c"),
             Row("back", ("c", "b"), "a"),
         ),
@@ -73,8 +73,8 @@ def test_duplicate_source_within_one_row_is_rejected() -> None:
 
 
 def test_same_destination_is_accepted() -> None:
-    """SAME is a valid destination although it is not a state."""
-    assert table(Row("stay", ("a",), SAME)).rows[0].dest == SAME
+    """STAYS is a valid destination although it is not a state."""
+    assert table(Row("stay", ("a",), STAYS)).rows[0].dest == STAYS
 
 
 def test_destination_follows_rows(small: MachineTable) -> None:
@@ -85,7 +85,7 @@ def test_destination_follows_rows(small: MachineTable) -> None:
 
 
 def test_destination_resolves_same_to_the_source(small: MachineTable) -> None:
-    """A SAME row keeps the machine where it is."""
+    """A STAYS row keeps the machine where it is."""
     assert small.destination("a", "stay") == "a"
     assert small.destination("b", "stay") == "b"
 
@@ -111,7 +111,7 @@ def test_allowed_lists_legal_triggers_in_declaration_order(small: MachineTable) 
 
 
 def test_edges_are_sorted_with_same_resolved(small: MachineTable) -> None:
-    """edges() yields every (source, trigger, dest) once, sorted, SAME resolved."""
+    """edges() yields every (source, trigger, dest) once, sorted, STAYS resolved."""
     assert list(small.edges()) == [
         ("a", "go", "b"),
         ("a", "stay", "a"),
@@ -138,3 +138,43 @@ def test_table_is_frozen(small: MachineTable) -> None:
     """A table cannot be changed after it is declared."""
     with pytest.raises(AttributeError):
         small.initial = "b"  # type: ignore[misc]
+
+
+def test_terminal_states_must_be_states() -> None:
+    """A terminal state the table does not declare is rejected."""
+    with pytest.raises(ValueError, match="terminal names unknown states"):
+        MachineTable(
+            name="t", title="T", states=STATES, initial="a", rows=(), terminal=frozenset({"z"})
+        )
+
+
+def test_groups_must_name_states_and_are_found_by_name() -> None:
+    """A group names declared states only, and group() returns its states."""
+    with pytest.raises(ValueError, match="group g names unknown states"):
+        MachineTable(
+            name="t",
+            title="T",
+            states=STATES,
+            initial="a",
+            rows=(),
+            groups=(StateGroup("g", frozenset({"a", "z"})),),
+        )
+    grouped = MachineTable(
+        name="t",
+        title="T",
+        states=STATES,
+        initial="a",
+        rows=(),
+        groups=(StateGroup("g", frozenset({"a", "b"})),),
+    )
+    assert grouped.group("g") == {"a", "b"}
+    assert "a" in grouped.groups[0] and "c" not in grouped.groups[0]
+    with pytest.raises(KeyError):
+        grouped.group("nope")
+
+
+def test_state_returns_the_declared_value(small: MachineTable) -> None:
+    """state() maps a name to the table's own state value, or refuses it."""
+    assert small.state("b") == "b"
+    with pytest.raises(ValueError, match="unknown state 'z'"):
+        small.state("z")

@@ -1,8 +1,9 @@
-"""The three machine declarations keep the rules of the architecture."""
+"""The four machine declarations keep the rules of the architecture."""
 
 from __future__ import annotations
 
 from collections import deque
+from enum import StrEnum
 
 import pytest
 
@@ -11,8 +12,8 @@ from envckpt.machines.tables import (
     ALL_TABLES,
     INSTANCE_LIFECYCLE,
     PARTICIPANT_PHASES,
+    ROLLOUT_LEDGER,
     SNAPSHOT_SESSION,
-    TERMINAL_STATES,
 )
 
 tables = pytest.mark.parametrize("table", ALL_TABLES, ids=lambda table: table.name)
@@ -44,15 +45,20 @@ def walk(table: MachineTable, *triggers: str, start: str | None = None) -> list[
 def test_table_names_are_unique() -> None:
     """Each table has its own name (file names and log records use it)."""
     assert len({table.name for table in ALL_TABLES}) == len(ALL_TABLES)
-    assert {INSTANCE_LIFECYCLE, PARTICIPANT_PHASES, SNAPSHOT_SESSION} == set(ALL_TABLES)
+    assert list(ALL_TABLES) == [
+        INSTANCE_LIFECYCLE,
+        PARTICIPANT_PHASES,
+        SNAPSHOT_SESSION,
+        ROLLOUT_LEDGER,
+    ]
 
 
-def test_terminal_states_name_real_tables_and_states() -> None:
-    """TERMINAL_STATES only names tables in ALL_TABLES and states of those tables."""
-    by_name = {table.name: table for table in ALL_TABLES}
-    for name, states in TERMINAL_STATES.items():
-        assert name in by_name
-        assert states <= set(by_name[name].states)
+@tables
+def test_states_are_the_members_of_one_enum(table: MachineTable) -> None:
+    """A table's states are exactly the members of one StrEnum, in declaration order."""
+    enum_type = type(table.initial)
+    assert issubclass(enum_type, StrEnum)
+    assert table.states == tuple(enum_type)
 
 
 @tables
@@ -77,7 +83,7 @@ def test_every_state_is_reachable(table: MachineTable) -> None:
 @tables
 def test_non_terminal_states_have_a_way_out(table: MachineTable) -> None:
     """Every non-terminal state has an exit to another state; terminal ones have no exit."""
-    terminal = TERMINAL_STATES.get(table.name, frozenset())
+    terminal = table.terminal
     for state in table.states:
         exits = [dest for source, _, dest in table.edges() if source == state]
         if state in terminal:
@@ -146,3 +152,11 @@ def test_restore_only_from_a_fresh_deployment() -> None:
     """restore is legal only right after discovery."""
     legal = {s for s in INSTANCE_LIFECYCLE.states if INSTANCE_LIFECYCLE.destination(s, "restore")}
     assert legal == {"discovered"}
+
+
+def test_ledger_statuses_follow_the_ledger_rules() -> None:
+    """A rollout is reserved, dispatched, then sealed; failing or abandoning re-reserves."""
+    assert walk(ROLLOUT_LEDGER, "dispatch", "seal") == ["reserved", "dispatched", "sealed"]
+    assert walk(ROLLOUT_LEDGER, "dispatch", "fail", "mint_next_attempt")[-1] == "reserved"
+    assert walk(ROLLOUT_LEDGER, "abandon", "restart_from_task")[-1] == "reserved"
+    assert ROLLOUT_LEDGER.allowed("sealed") == ()

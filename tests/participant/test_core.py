@@ -14,13 +14,10 @@ from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant import store
-from envckpt.participant.core import (
-    DEFAULT_LEASE_GRACE_SECONDS,
-    FINISHED_IDS_KEPT,
-    MAX_BLOCKERS_REPORTED,
-    ParticipantCore,
-)
+from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS, ParticipantCore
 from envckpt.participant.hooks import NoState
+from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT
+from envckpt.participant.readiness import MAX_BLOCKERS_REPORTED
 
 from helpers.participant_doubles import START, JsonStateHooks, Turn, drain_tasks, ep, run_turn
 
@@ -82,7 +79,7 @@ def snapshot(core: ParticipantCore) -> tuple[Any, ...]:
         core.phase,
         core.checkpoint_id,
         core.lease_expires_at,
-        {r: core.retire_mark(r) for r in ("r1", "r2", "r3")},
+        {r: core.fence.mark(r) for r in ("r1", "r2", "r3")},
     )
 
 
@@ -154,7 +151,7 @@ async def test_admission_is_closed_while_a_checkpoint_is_open(
         async with core.admit(ep("new")):
             pass
     assert caught.value.code == "admission_closed"
-    assert not core.served_traffic or core.in_flight() == frozenset()
+    assert not core.served_traffic or core.fence.in_flight() == frozenset()
 
 
 async def test_superseded_attempt_is_refused(core: ParticipantCore) -> None:
@@ -167,16 +164,16 @@ async def test_superseded_attempt_is_refused(core: ParticipantCore) -> None:
     assert caught.value.code == "stale_attempt"
     async with core.admit(ep("r1", 2)):
         pass
-    assert core.is_current(ep("r1", 2)) and not core.is_current(ep("r1", 1))
+    assert core.fence.is_current(ep("r1", 2)) and not core.fence.is_current(ep("r1", 1))
 
 
 async def test_admit_tracks_in_flight_until_exit(core: ParticipantCore) -> None:
     """An admitted call is in flight until its context exits, even on an error."""
     with pytest.raises(RuntimeError):
         async with core.admit(ep("r1")):
-            assert core.in_flight() == {ep("r1")}
+            assert core.fence.in_flight() == {ep("r1")}
             raise RuntimeError("turn failed")
-    assert core.in_flight() == frozenset()
+    assert core.fence.in_flight() == frozenset()
     assert core.served_traffic
     assert core.counters.admitted == 1
 
@@ -490,7 +487,7 @@ async def test_commit_rechecks_readiness(
     """commit refuses with invalid_phase 'no longer ready' if work left its boundary."""
     await prepared_core(core, hooks)
     # Admission is closed, so only a misbehaving server could get here; simulate it.
-    core._in_flight[ep("r1")] = 1
+    core.fence.admitted(ep("r1"))
     error = await refused(
         "invalid_phase",
         core.commit("c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None),
@@ -966,7 +963,7 @@ async def test_retire_is_refused_while_a_checkpoint_is_open(
         "invalid_phase", core.retire("c1", deadline_ts=START + 30, episode_ids=[ep("r1")])
     )
     assert snapshot(core)[1:] == before[1:]
-    assert core.retire_mark("r1") is None
+    assert core.fence.mark("r1") is None
 
 
 async def test_retire_raises_the_mark_before_stopping(
@@ -975,7 +972,7 @@ async def test_retire_raises_the_mark_before_stopping(
     """The mark is up when hooks.retire runs; that attempt and earlier ones are refused."""
     await run_turn(core, hooks, ep("r1", 1))
     seen: list[int | None] = []
-    hooks.on_retire.append(lambda episodes: seen.append(core.retire_mark("r1")))
+    hooks.on_retire.append(lambda episodes: seen.append(core.fence.mark("r1")))
     reply = await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
     assert reply == {"retired": ["r1-a1"]}
     assert seen == [1]
@@ -994,7 +991,7 @@ async def test_retire_never_lowers_a_mark(core: ParticipantCore) -> None:
     """Retiring an earlier attempt keeps the higher mark."""
     await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r1", 3)])
     await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
-    assert core.retire_mark("r1") == 3
+    assert core.fence.mark("r1") == 3
 
 
 async def test_the_mark_survives_a_failed_retire(
@@ -1005,7 +1002,7 @@ async def test_the_mark_survives_a_failed_retire(
     await refused(
         "checkpoint_error", core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r1")])
     )
-    assert core.retire_mark("r1") == 0
+    assert core.fence.mark("r1") == 0
     with pytest.raises(ParticipantError) as caught:
         async with core.admit(ep("r1")):
             pass
@@ -1020,7 +1017,7 @@ async def test_retire_waits_for_retired_work_to_stop(
     core.hooks.on_retire.append(lambda episodes: turn.release.set())  # type: ignore[attr-defined]
     reply = await core.retire("any", deadline_ts=clock.now() + 30, episode_ids=[ep("r1")])
     assert reply == {"retired": ["r1"]}
-    assert core.in_flight() == frozenset()
+    assert core.fence.in_flight() == frozenset()
     assert clock.now() < START + 30
 
 
@@ -1032,8 +1029,8 @@ async def test_a_retire_cut_short_leaves_the_work_tracked(
     await refused(
         "deadline_exceeded", core.retire("any", deadline_ts=clock.now() + 5, episode_ids=[ep("r1")])
     )
-    assert core.in_flight() == {ep("r1")}
-    assert core.retire_mark("r1") == 0
+    assert core.fence.in_flight() == {ep("r1")}
+    assert core.fence.mark("r1") == 0
     reply = await core.prepare("c1", deadline_ts=clock.now() + 5)
     assert reply["phase"] == "preparing"
     assert reply["report"]["blockers"] == ["r1"]
@@ -1050,7 +1047,7 @@ async def test_retire_while_restored_needs_the_restore_id_and_renews(
     )
     await core.retire("c1", deadline_ts=START + 900, episode_ids=[ep("r1", 1)])
     assert core.lease_expires_at == START + 900 + GRACE
-    assert core.retire_mark("r1") == 1
+    assert core.fence.mark("r1") == 1
     assert core.phase == "restored"
 
 
@@ -1060,7 +1057,7 @@ async def test_retire_with_a_finished_id_is_stale(core: ParticipantCore) -> None
     await refused(
         "stale_checkpoint", core.retire("c1", deadline_ts=START + 30, episode_ids=[ep("r1")])
     )
-    assert core.retire_mark("r1") is None
+    assert core.fence.mark("r1") is None
 
 
 # ------------------------------------------------------------------------ forget
@@ -1071,7 +1068,7 @@ async def test_forget_clears_marks(core: ParticipantCore, hooks: JsonStateHooks)
     await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r1", 2), ep("r2")])
     reply = await core.forget("any", deadline_ts=START + 30, rollout_ids=["r2", "r1", "r1"])
     assert reply == {"forgotten": ["r1", "r2"]}
-    assert core.retire_mark("r1") is None and core.retire_mark("r2") is None
+    assert core.fence.mark("r1") is None and core.fence.mark("r2") is None
     assert hooks.forgotten == ["r1", "r2"]
     async with core.admit(ep("r1")):
         pass
@@ -1090,7 +1087,7 @@ async def test_forget_refuses_rollouts_with_live_state(
             core.forget("any", deadline_ts=START + 30, rollout_ids=[rollout, "old"]),
         )
         assert rollout in error.detail
-    assert core.retire_mark("old") == 0
+    assert core.fence.mark("old") == 0
     assert hooks.forgotten == []
     await turn.finish()
 
@@ -1172,7 +1169,7 @@ async def test_restored_attempts_left_out_of_a_commit_scope_are_retired(
     )
     assert reply["episode_ids"] == ["r1-a1"]
     assert set(hooks.states) == {ep("r1", 1)}
-    assert core.retire_mark("r2") == 2
+    assert core.fence.mark("r2") == 2
     await core.resume("c2", deadline_ts=clock.now() + 30)
     await refused("stale_attempt", _enter(core, ep("r2", 2)))
 

@@ -25,7 +25,8 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import store
-from envckpt.participant.core import FINISHED_IDS_KEPT, ParticipantCore
+from envckpt.participant.core import ParticipantCore
+from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT
 
 from helpers.participant_doubles import START, JsonStateHooks, Turn
 
@@ -147,7 +148,7 @@ class CoreMachine(RuleBasedStateMachine):
             self.core.phase,
             self.core.checkpoint_id,
             self.core.lease_expires_at,
-            {r: self.core.retire_mark(r) for r in ("r1", "r2", "r3")},
+            {r: self.core.fence.mark(r) for r in ("r1", "r2", "r3")},
         )
 
     def settle(self) -> None:
@@ -200,7 +201,7 @@ class CoreMachine(RuleBasedStateMachine):
             assert error.code == expected
             return
         assert expected is None, expected
-        mark = self.core.retire_mark(rollout)
+        mark = self.core.fence.mark(rollout)
         assert mark is None or attempt > mark, "a retired attempt was admitted"
         self.model.admit(episode)
         self.model.states[episode] = self.model.states.get(episode, 0) + 1
@@ -455,15 +456,15 @@ class CoreMachine(RuleBasedStateMachine):
     @invariant()
     def marks_and_fences_match_the_model(self) -> None:
         for rollout in ("r1", "r2", "r3"):
-            assert self.core.retire_mark(rollout) == self.model.marks.get(rollout)
+            assert self.core.fence.mark(rollout) == self.model.marks.get(rollout)
         assert list(self.core._finished) == list(self.model.finished)
 
     @invariant()
     def no_retired_attempt_is_in_flight(self) -> None:
-        for episode in self.core.in_flight():
-            mark = self.core.retire_mark(episode.rollout_id)
+        for episode in self.core.fence.in_flight():
+            mark = self.core.fence.mark(episode.rollout_id)
             assert mark is None or episode.attempt > mark
-        assert sorted(self.core.in_flight()) == sorted(set(self.model.in_flight))
+        assert sorted(self.core.fence.in_flight()) == sorted(set(self.model.in_flight))
 
     @invariant()
     def state_matches_the_model(self) -> None:

@@ -138,7 +138,7 @@ async def test_bad_ids_are_refused(
     status, body = await call(core, route, {**BASE, **extra})
     assert status == 422
     assert code_of(body) == "invalid_request"
-    assert core.retire_mark("x") is None
+    assert core.fence.mark("x") is None
 
 
 @pytest.mark.parametrize("deadline", [math.nan, math.inf, -math.inf, True, "soon", None])

@@ -294,7 +294,7 @@ async def test_a_rollout_retired_while_staging_records_no_row() -> None:
     retire = asyncio.create_task(
         model.core.retire("rt-1", deadline_ts=deadline(), episode_ids=[Ep("r", 0)])
     )
-    while model.core.retire_mark("r") is None:
+    while model.core.fence.mark("r") is None:
         await asyncio.sleep(0)
     release.set()
     with pytest.raises(ParticipantError) as stale:

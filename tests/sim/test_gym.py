@@ -128,7 +128,7 @@ async def test_prepare_parks_rollouts_at_a_turn_boundary_and_reports_ready() -> 
     assert all(0 < count < TURNS for count in held.values())
     await asyncio.sleep(0.03)
     assert turns(gym) == held
-    assert all(not core.in_flight() for core in gym.cores.values())
+    assert all(not core.fence.in_flight() for core in gym.cores.values())
     await gym.coordinator.resume(participants, "ck-1", deadline_ts=deadline())
     await asyncio.gather(*runs)
 

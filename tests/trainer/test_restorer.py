@@ -323,7 +323,7 @@ async def test_an_error_inside_the_restore_drops_what_the_environment_restored(
         assert gym.tool.sessions() == {}
         for episode in record.episodes:
             for core in gym.cores.values():
-                assert core.retire_mark(episode.rollout_id) == episode.attempt + 1
+                assert core.fence.mark(episode.rollout_id) == episode.attempt + 1
         assert {core.phase for core in gym.cores.values()} == {"idle"}
 
 

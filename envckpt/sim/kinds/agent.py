@@ -30,6 +30,7 @@ from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode, capture_keys
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
+from envckpt.protocol import Phase
 from envckpt.sim.kinds.common import (
     check_fields,
     episode_of,
@@ -222,7 +223,7 @@ class AgentServer:
         except asyncio.CancelledError:
             caller = asyncio.current_task()
             cancelled_by_caller = caller is not None and caller.cancelling() > 0
-            if not cancelled_by_caller and not self.core.is_current(episode):
+            if not cancelled_by_caller and not self.core.fence.is_current(episode):
                 raise ParticipantError(
                     "stale_attempt", f"{episode.capture_key} was retired while running"
                 ) from None
@@ -306,7 +307,7 @@ class AgentServer:
             while True:
                 await asyncio.sleep(self.park_poll_seconds)
                 await self.core.expire_if_due()  # a lapsed lease reopens admission
-                if self.core.phase == "idle":
+                if self.core.phase is Phase.IDLE:
                     return
         finally:
             self._parked.discard(episode)

@@ -123,7 +123,7 @@ class PolicyModelServer:
         async with self.core.admit(episode):
             # Stands in for decoding; it also lets control calls interleave.
             await asyncio.sleep(self.latency)
-            if not self.core.is_current(episode):
+            if not self.core.fence.is_current(episode):
                 # Retired while decoding: its rows must not reappear after retire freed them.
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
             key = staging_key(episode, turn)
@@ -147,7 +147,7 @@ class PolicyModelServer:
             raise ParticipantError(
                 "checkpoint_error", f"staging row {key} failed: {type(error).__name__}: {error}"
             ) from error
-        if not self.core.is_current(episode):
+        if not self.core.fence.is_current(episode):
             # Retired while staging: the data plane may hold an orphan row (the
             # trainer clears those), but the ledger must not get it back.
             raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
@@ -159,7 +159,7 @@ class PolicyModelServer:
         after this model already closed admission for a checkpoint.
         """
         episode = episode_of(check_fields(request, required=("episode",)))
-        if not self.core.is_current(episode):
+        if not self.core.fence.is_current(episode):
             raise ParticipantError("stale_attempt", f"{episode.capture_key} is not current")
         rows = self._ledger.pop(episode, [])
         return {"released": episode.capture_key, "staging_keys": rows}
@@ -177,7 +177,7 @@ class PolicyModelServer:
         # A real server would abort in-flight decodes here; the scripted one
         # lets them finish (admit tracks them) and only records the cut.
         self.admission_closes += 1
-        self.in_flight_at_close = len(self.core.in_flight())
+        self.in_flight_at_close = len(self.core.fence.in_flight())
 
     async def open_admission(self) -> None:
         return None

@@ -155,7 +155,7 @@ class ToolServer:
         episode, turn, action = episode_of(body), turn_of(body), text_of(body, "action")
         async with self.core.admit(episode):
             await asyncio.sleep(self.latency)
-            if not self.core.is_current(episode):
+            if not self.core.fence.is_current(episode):
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
             value = effect_value(self.seed, action)
             effect = Effect(effect_key(episode.rollout_id, turn), turn, value)
@@ -194,7 +194,7 @@ class ToolServer:
     async def finish(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The rollout ended: drop its session. Not admitted, like the model's finish."""
         episode = episode_of(check_fields(request, required=("episode",)))
-        if not self.core.is_current(episode):
+        if not self.core.fence.is_current(episode):
             raise ParticipantError("stale_attempt", f"{episode.capture_key} is not current")
         session = self._sessions.pop(episode, None)
         return {

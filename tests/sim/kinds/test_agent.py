@@ -125,7 +125,7 @@ async def test_run_parks_when_the_model_closes_and_continues_after_resume() -> N
     assert reply["report"]["ready"]
     await wait_until(lambda: Ep("r", 0) in s.agent.parked())
     parked_at = turns_of(s.agent, "r")
-    assert s.agent.core.in_flight() == frozenset()
+    assert s.agent.core.fence.in_flight() == frozenset()
     await asyncio.sleep(0.02)
     assert turns_of(s.agent, "r") == parked_at  # nothing moves while the model is closed
     await s.model.core.resume("c1", deadline_ts=deadline())

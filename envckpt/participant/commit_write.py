@@ -1,0 +1,131 @@
+"""One participant commit's write: export once, write records and manifest, or nothing.
+
+The participant core starts each commit's write as its own task
+(``CommitWrite``), so a commit whose caller's deadline passes keeps writing
+and a retry collects the same result; resume sets ``aborted`` and a write
+that has not linked its manifest yet never does. ``export_and_write`` is the
+work of that task, up to the published manifest; the core does the phase
+bookkeeping afterwards.
+
+    write = CommitWrite(checkpoint_id, args)
+    write.task = asyncio.create_task(export_and_write(write, hooks=..., ...))
+    reply = await write.task          # or ParticipantError (stale, invalid, error)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
+from envckpt.errors import CorruptCheckpoint, ParticipantError
+from envckpt.participant import store
+from envckpt.participant.hooks import StateHooks
+from envckpt.protocol import ErrorCode, Kind, Phase
+
+# (checkpoint_dir, scope capture keys or None for everything, stop): what a
+# replayed commit must repeat exactly.
+CommitArgs = tuple[str, tuple[str, ...] | None, bool]
+
+
+class _WriteAborted(Exception):
+    """Raised inside a commit write that resume stopped before publishing."""
+
+
+@dataclass(slots=True)
+class CommitWrite:
+    """One commit's write task and the flag resume sets to stop it."""
+
+    checkpoint_id: str
+    args: CommitArgs
+    aborted: bool = False
+    # Set by ``start`` right after construction: the work checks this
+    # write's own ``aborted`` flag, so it needs the write first.
+    task: asyncio.Task[dict[str, Any]] = field(init=False)
+
+    def start(self, work: Coroutine[Any, Any, dict[str, Any]]) -> None:
+        """Run ``work`` as this write's task."""
+        self.task = asyncio.create_task(work)
+        # Nobody may collect a write that resume stopped: retrieve its
+        # outcome so asyncio does not warn about an unretrieved error.
+        self.task.add_done_callback(_retrieve_outcome)
+
+    def failed(self) -> bool:
+        """The write ended with an error (so nothing was published)."""
+        task = self.task
+        return task.done() and not task.cancelled() and task.exception() is not None
+
+
+def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _stale(checkpoint_id: str) -> ParticipantError:
+    return ParticipantError(
+        ErrorCode.STALE_CHECKPOINT, f"commit {checkpoint_id} was aborted before publishing"
+    )
+
+
+async def export_and_write(
+    write: CommitWrite,
+    *,
+    hooks: StateHooks,
+    kind: Kind,
+    instance: str,
+    checkpoint_dir: Path,
+    scope: tuple[EnvironmentEpisode, ...] | None,
+    before_publish: Sequence[Callable[[], None]],
+) -> dict[str, Any]:
+    """Export the scope once, write records and manifest; return the commit reply."""
+    checkpoint_id = write.checkpoint_id
+    if write.aborted:
+        # Resumed before this task first ran: leave no files behind at all.
+        raise _stale(checkpoint_id)
+    wanted = hooks.live_episodes() if scope is None else frozenset(scope)
+    # Admission stays closed until this write ends or is aborted (and an
+    # aborted write never publishes), so the exported state stays quiet
+    # while the worker thread serialises it.
+    exported_states = list(hooks.export(wanted))
+    exported = sorted_episodes(episode for episode, _ in exported_states)
+    extras = hooks.commit_extras(exported)
+    keys = capture_keys(exported)
+    records = [{"capture_key": e.capture_key, "state": s} for e, s in exported_states]
+
+    def last_step_before_publish() -> None:
+        # Read now, not when the write started: a test may add a crash meanwhile.
+        for hook in list(before_publish):
+            hook()
+        # Checked last, right before the manifest link: a resume during a
+        # slow pre-publish step must still stop the write. The flag is this
+        # write's own, so a newer checkpoint's write cannot vouch for it.
+        if write.aborted:
+            raise _WriteAborted(checkpoint_id)
+
+    try:
+        manifest = await asyncio.to_thread(
+            store.write_checkpoint,
+            checkpoint_dir,
+            kind=kind,
+            instance=instance,
+            checkpoint_id=checkpoint_id,
+            records=records,
+            extras={"episode_ids": keys, **extras},
+            before_publish=last_step_before_publish,
+        )
+    except _WriteAborted:
+        raise _stale(checkpoint_id) from None
+    except CorruptCheckpoint as error:
+        raise ParticipantError(ErrorCode.INVALID_CHECKPOINT_STATE, str(error)) from error
+    except OSError as error:
+        raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"writing failed: {error}") from error
+    return {
+        "phase": Phase.COMMITTED,
+        "checkpoint_id": checkpoint_id,
+        "manifest": manifest.to_json(),
+        "episode_ids": keys,
+        **extras,
+    }

@@ -1,0 +1,181 @@
+"""Which control call a participant refuses, and with which code: pure checks.
+
+Every function here reads the participant's state and the call's arguments
+and raises the ``ParticipantError`` the protocol names (protocol.md 4 and 7),
+or returns. None of them changes anything or awaits, so the core runs them
+under its lock before any hook I/O, and a refused call has no effect.
+
+    require_open(open_, checkpoint_id)                 # checkpoint_conflict
+    require_no_checkpoint_open(phase, open_, cid, op)   # invalid_phase / conflict
+    check_commit(open_, cid, phase=..., ready=..., kind=..., scope=...)
+    replayed = restore_replay(open_, cid, args)         # a recorded reply, or None
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.errors import ParticipantError
+from envckpt.machines.tables import PHASES_OPEN
+from envckpt.participant.fence import AttemptFence
+from envckpt.participant.open_checkpoint import OpenCheckpoint, RestoreArgs
+from envckpt.protocol import ErrorCode, Kind, Phase
+
+
+@dataclass(slots=True)
+class AdmissionCounters:
+    """Calls of episode work admitted, and refused per code (status and metrics)."""
+
+    admitted: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def refused_with(self, code: ErrorCode, detail: str) -> ParticipantError:
+        """Count one refusal and return the error to raise."""
+        self.refused[code] = self.refused.get(code, 0) + 1
+        return ParticipantError(code, detail)
+
+
+def admission_refusal(
+    episode: EnvironmentEpisode | None,
+    fence: AttemptFence,
+    phase: Phase,
+    checkpoint_id: str | None,
+) -> tuple[ErrorCode, str] | None:
+    """Why one call of episode work is refused, or None if it may run now."""
+    if episode is None:
+        return ErrorCode.ROLLOUT_ID_REQUIRED, "episode work needs a rollout identity"
+    refusal = fence.refusal(episode)
+    if refusal is not None:
+        return refusal
+    if phase is not Phase.IDLE:
+        return ErrorCode.ADMISSION_CLOSED, f"checkpoint {checkpoint_id} is open ({phase})"
+    return None
+
+
+def require_open(open_: OpenCheckpoint | None, checkpoint_id: str) -> None:
+    """``checkpoint_id`` must be the open checkpoint (or none is open)."""
+    current = None if open_ is None else open_.checkpoint_id
+    if current != checkpoint_id:
+        raise ParticipantError(
+            ErrorCode.CHECKPOINT_CONFLICT, f"checkpoint {current} is open, not {checkpoint_id}"
+        )
+
+
+def require_no_checkpoint_open(
+    phase: Phase, open_: OpenCheckpoint | None, checkpoint_id: str, operation: str
+) -> None:
+    """Retire and forget: never while a checkpoint is open; in restored, same id."""
+    if phase in PHASES_OPEN:
+        current = None if open_ is None else open_.checkpoint_id
+        raise ParticipantError(
+            ErrorCode.INVALID_PHASE, f"{operation} is refused while checkpoint {current} is open"
+        )
+    if phase is Phase.RESTORED:
+        require_open(open_, checkpoint_id)
+
+
+def prepare_replay(
+    open_: OpenCheckpoint, checkpoint_id: str, *, phase: Phase
+) -> dict[str, Any] | None:
+    """A prepare while one is open: the recorded ready reply, or None to wait again."""
+    require_open(open_, checkpoint_id)
+    if phase is Phase.PREPARED and open_.prepare_reply is not None:
+        return open_.prepare_reply  # recorded, replayed verbatim
+    if phase is not Phase.PREPARING:
+        raise ParticipantError(ErrorCode.INVALID_PHASE, f"prepare is not legal in phase {phase}")
+    return None
+
+
+def still_preparing(
+    open_: OpenCheckpoint | None, checkpoint_id: str, *, phase: Phase
+) -> OpenCheckpoint:
+    """After prepare's wait: the same checkpoint must still be preparing (or prepared)."""
+    if open_ is None or open_.checkpoint_id != checkpoint_id:
+        raise ParticipantError(
+            ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} was resumed while preparing"
+        )
+    if phase is Phase.PREPARED and open_.prepare_reply is not None:
+        return open_
+    if phase is not Phase.PREPARING:
+        raise ParticipantError(
+            ErrorCode.STALE_CHECKPOINT,
+            f"checkpoint {checkpoint_id} moved on to {phase} while preparing",
+        )
+    return open_
+
+
+def check_forgettable(rollout_ids: list[str], live: frozenset[EnvironmentEpisode]) -> None:
+    """Forget only rollouts that hold no live state here."""
+    wanted = set(rollout_ids)
+    busy = sorted({episode.rollout_id for episode in live if episode.rollout_id in wanted})
+    if busy:
+        raise ParticipantError(
+            ErrorCode.INVALID_PHASE,
+            f"rollouts still have live state and cannot be forgotten: {busy[:10]}",
+        )
+
+
+def check_deadline(now: float, deadline_ts: float, operation: str) -> None:
+    if now > deadline_ts:
+        raise ParticipantError(ErrorCode.DEADLINE_EXCEEDED, f"{operation} deadline has passed")
+
+
+def check_commit(
+    open_: OpenCheckpoint | None,
+    checkpoint_id: str,
+    *,
+    phase: Phase,
+    ready: bool,
+    kind: Kind,
+    scope: tuple[EnvironmentEpisode, ...] | None,
+) -> None:
+    """A first commit: prepared, still ready, a scope for the model, no restart in it."""
+    if open_ is None:
+        raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open; prepare first")
+    require_open(open_, checkpoint_id)
+    if phase is not Phase.PREPARED:
+        raise ParticipantError(ErrorCode.INVALID_PHASE, f"commit is not legal in phase {phase}")
+    if not ready:
+        # restart_only never waits, so its in-flight work is no blocker.
+        raise ParticipantError(
+            ErrorCode.INVALID_PHASE, "no longer ready: episodes left their boundary"
+        )
+    if scope is None and kind is Kind.MODEL:
+        raise ParticipantError(
+            ErrorCode.INVALID_REQUEST, "the policy model requires a commit scope"
+        )
+    in_scope = frozenset() if scope is None else open_.prepared_restarts & set(scope)
+    if in_scope:
+        raise ParticipantError(
+            ErrorCode.RESTART_IN_SCOPE,
+            f"scope names reported restarts: {capture_keys(in_scope)[:10]}",
+        )
+
+
+def restore_replay(
+    open_: OpenCheckpoint | None,
+    checkpoint_id: str,
+    args: RestoreArgs,
+    *,
+    phase: Phase,
+    served_traffic: bool,
+) -> dict[str, Any] | None:
+    """The recorded reply of a repeated restore, or None when a restore may run now."""
+    if open_ is not None:
+        require_open(open_, checkpoint_id)
+        if open_.restore is None:
+            raise ParticipantError(ErrorCode.INVALID_PHASE, f"restore is not legal in {phase}")
+        recorded_args, reply = open_.restore
+        if recorded_args != args:
+            raise ParticipantError(
+                ErrorCode.CHECKPOINT_CONFLICT,
+                f"restore {checkpoint_id} was already sent with other arguments",
+            )
+        return reply
+    if served_traffic:
+        raise ParticipantError(
+            ErrorCode.INVALID_PHASE, "restore needs a fresh process; this one served traffic"
+        )
+    return None
