@@ -65,10 +65,11 @@ class IllegalTransition(EnvckptError, RuntimeError):
 class GymCheckpointUnavailable(EnvckptError, RuntimeError):
     """A checkpoint control call could not complete; a later snapshot may succeed.
 
-    ``failures`` maps a participant (or instance) to the text it failed with.
+    ``failures`` maps a participant (or instance) to the text it failed with;
+    ``codes`` maps those that refused with a protocol error code to the code.
     """
 
-    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures", "codes")
 
     def __init__(
         self,
@@ -76,10 +77,16 @@ class GymCheckpointUnavailable(EnvckptError, RuntimeError):
         *,
         operation: str = "",
         failures: Mapping[str, str] | None = None,
+        codes: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.operation = operation
         self.failures: dict[str, str] = dict(failures or {})
+        self.codes: dict[str, str] = dict(codes or {})
+
+    def all_refused_with(self, code: str) -> bool:
+        """Whether every failure is a refusal with the protocol error ``code``."""
+        return _all_refused_with(self.failures, self.codes, code)
 
 
 class SnapshotNotReady(GymCheckpointUnavailable):
@@ -89,7 +96,7 @@ class SnapshotNotReady(GymCheckpointUnavailable):
     instance was resumed before this was raised.
     """
 
-    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures", "blockers")
+    _fields: ClassVar[tuple[str, ...]] = ("message", "operation", "failures", "codes", "blockers")
 
     def __init__(
         self,
@@ -97,9 +104,10 @@ class SnapshotNotReady(GymCheckpointUnavailable):
         *,
         operation: str = "prepare",
         failures: Mapping[str, str] | None = None,
+        codes: Mapping[str, str] | None = None,
         blockers: Mapping[str, Mapping[str, tuple[str, ...]]] | None = None,
     ) -> None:
-        super().__init__(message, operation=operation, failures=failures)
+        super().__init__(message, operation=operation, failures=failures, codes=codes)
         self.blockers: dict[str, dict[str, tuple[str, ...]]] = {
             instance: {server: tuple(keys) for server, keys in servers.items()}
             for instance, servers in (blockers or {}).items()
@@ -143,15 +151,40 @@ class UnsupportedDeployment(EnvckptError, RuntimeError):
 
 
 class CoordinationError(EnvckptError, RuntimeError):
-    """One control operation failed on some participants of one deployment."""
+    """One control operation failed on some participants of one deployment.
 
-    _fields: ClassVar[tuple[str, ...]] = ("operation", "failures")
+    ``failures`` maps each failing server to what happened, as text;
+    ``codes`` maps the servers that refused with a protocol error code (the
+    reply carried the error envelope) to that code, so callers decide on
+    codes, never on text.
+    """
 
-    def __init__(self, operation: str, failures: Mapping[str, str]) -> None:
+    _fields: ClassVar[tuple[str, ...]] = ("operation", "failures", "codes")
+
+    def __init__(
+        self,
+        operation: str,
+        failures: Mapping[str, str],
+        codes: Mapping[str, str] | None = None,
+    ) -> None:
         self.operation = operation
         self.failures: dict[str, str] = dict(sorted(failures.items()))
+        self.codes: dict[str, str] = {
+            server: str(code) for server, code in sorted((codes or {}).items())
+        }
+        unknown = set(self.codes) - set(self.failures)
+        if unknown:
+            raise ValueError(f"codes for servers that did not fail: {sorted(unknown)}")
         detail = "; ".join(f"{server}: {text}" for server, text in self.failures.items())
         super().__init__(f"checkpoint {operation} failed: {detail}")
+
+    def all_refused_with(self, code: str) -> bool:
+        """Whether every failing server refused with the protocol error ``code``."""
+        return _all_refused_with(self.failures, self.codes, code)
+
+
+def _all_refused_with(failures: Mapping[str, str], codes: Mapping[str, str], code: str) -> bool:
+    return bool(failures) and all(codes.get(server) == code for server in failures)
 
 
 class ParticipantError(EnvckptError):

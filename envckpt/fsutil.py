@@ -12,13 +12,20 @@ import uuid
 from pathlib import Path
 
 
-def fsync_dir(directory: Path) -> None:
-    """Persist a directory entry change (a rename or a new file)."""
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+def fsync_dir(directory: Path, *, best_effort: bool = False) -> None:
+    """Persist a directory entry change (a rename or a new file).
+
+    ``best_effort``: ignore a filesystem that cannot sync directories.
+    """
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        if not best_effort:
+            raise
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -25,14 +25,19 @@ from envckpt.protocol import ERROR_STATUS
 SAMPLES: list[EnvckptError] = [
     EnvckptError("base"),
     IllegalTransition(machine="m", instance="s/replica-0", state="resumed", trigger="commit"),
-    GymCheckpointUnavailable("down", operation="prepare", failures={"agent": "refused"}),
+    GymCheckpointUnavailable(
+        "down",
+        operation="prepare",
+        failures={"agent": "stale_checkpoint: done", "tools": "refused"},
+        codes={"agent": "stale_checkpoint"},
+    ),
     SnapshotNotReady("blocked", blockers={"s/replica-0": {"agent": ("r1", "r2-a1")}}),
     ProtocolViolation("bad reply"),
     DeadlineExceeded("late", deadline_ts=12.5),
     CorruptCheckpoint("digest mismatch", path="/x/records.jsonl"),
     IncompatibleCheckpoint("topology"),
     UnsupportedDeployment("environment participants"),
-    CoordinationError("commit", {"b": "x", "a": "y"}),
+    CoordinationError("commit", {"b": "x", "a": "y"}, {"a": "invalid_phase"}),
     ParticipantError("stale_attempt", "r-a1 retired"),
 ]
 
@@ -83,3 +88,22 @@ def test_coordination_error_sorts_failures() -> None:
     error = CoordinationError("resume", {"b": "1", "a": "2"})
     assert list(error.failures) == ["a", "b"]
     assert "resume" in str(error)
+
+
+def test_codes_tell_whether_every_failure_was_one_refusal() -> None:
+    """all_refused_with reads codes, never text: a transport failure is no refusal."""
+    same = CoordinationError(
+        "retire", {"a": "whatever", "b": "text"}, {"a": "stale_checkpoint", "b": "stale_checkpoint"}
+    )
+    assert same.all_refused_with("stale_checkpoint")
+    mixed = CoordinationError(
+        "retire", {"a": "stale_checkpoint: x", "b": "ConnectError"}, {"a": "stale_checkpoint"}
+    )
+    assert not mixed.all_refused_with("stale_checkpoint")
+    assert not CoordinationError("retire", {}).all_refused_with("stale_checkpoint")
+
+
+def test_codes_must_belong_to_failing_servers() -> None:
+    """A code for a server that did not fail is a caller bug."""
+    with pytest.raises(ValueError, match="did not fail"):
+        CoordinationError("commit", {"a": "x"}, {"b": "invalid_phase"})

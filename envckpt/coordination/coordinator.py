@@ -222,7 +222,7 @@ class Coordinator:
         self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
     ) -> None:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
-        failures: dict[str, str] = {}
+        failed: list[CoordinationError] = []
         for kind in reversed(STAGES):
             try:
                 await self._fan_out(
@@ -231,9 +231,8 @@ class Coordinator:
             except CoordinationError as error:
                 # Keep reopening the other stages; an unreachable participant
                 # resumes itself when its lease expires.
-                failures.update(error.failures)
-        if failures:
-            raise CoordinationError("resume", failures)
+                failed.append(error)
+        _raise_merged("resume", failed)
 
     async def _in_retire_order(
         self,
@@ -244,7 +243,7 @@ class Coordinator:
         keep_going: bool = False,
     ) -> None:
         """Callers before callees; stop at the first failing group unless ``keep_going``."""
-        failures: dict[str, str] = {}
+        failed: list[CoordinationError] = []
         for kinds in RETIRE_ORDER:
             members = participants.of_kind(*kinds)
             if not members:
@@ -254,9 +253,8 @@ class Coordinator:
             except CoordinationError as error:
                 if not keep_going:
                     raise
-                failures.update(error.failures)
-        if failures:
-            raise CoordinationError(operation, failures)
+                failed.append(error)
+        _raise_merged(operation, failed)
 
     async def _fan_out(
         self,
@@ -285,6 +283,7 @@ class Coordinator:
         )
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
+        codes: dict[str, str] = {}
         for member, result in zip(members, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
@@ -294,8 +293,18 @@ class Coordinator:
                 failures[member.server_name] = f"unexpected transport result {result!r}"
             elif result.status != 200 or not isinstance(result.body, dict):
                 failures[member.server_name] = result.describe()
+                if result.error_code is not None:
+                    codes[member.server_name] = result.error_code
             else:
                 replies[member.server_name] = result.body
         if failures:
-            raise CoordinationError(operation, failures)
+            raise CoordinationError(operation, failures, codes)
         return replies
+
+
+def _raise_merged(operation: str, errors: list[CoordinationError]) -> None:
+    """One error for the failures of several fan-outs of ``operation``, if any failed."""
+    if errors:
+        failures = {server: text for error in errors for server, text in error.failures.items()}
+        codes = {server: code for error in errors for server, code in error.codes.items()}
+        raise CoordinationError(operation, failures, codes)

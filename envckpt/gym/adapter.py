@@ -36,6 +36,7 @@ from envckpt.gym.summaries import GymCheckpointCommitSummary
 from envckpt.ids import mint_checkpoint_id
 from envckpt.machines.binding import MachineState, bind
 from envckpt.machines.tables import INSTANCE_LIFECYCLE, InstanceState
+from envckpt.protocol import ErrorCode
 
 _LIFECYCLE = bind(INSTANCE_LIFECYCLE)
 
@@ -71,8 +72,7 @@ class GymCheckpointAdapter:
         try:
             yield
         except CoordinationError as error:
-            texts = list(error.failures.values())
-            if texts and all(t.startswith("invalid_checkpoint_state") for t in texts):
+            if error.all_refused_with(ErrorCode.INVALID_CHECKPOINT_STATE):
                 # Every failing participant found its saved state unusable:
                 # retrying cannot help, the caller must pick another checkpoint.
                 raise CorruptCheckpoint(
@@ -82,6 +82,7 @@ class GymCheckpointAdapter:
                 f"{self._instance.instance_id}: {error}",
                 operation=operation,
                 failures=error.failures,
+                codes=error.codes,
             ) from error
 
     def _fire(self, trigger: str, checkpoint_id: str | None) -> None:
@@ -261,7 +262,7 @@ class GymCheckpointAdapter:
                 await self.retire(retire_id, replacements, deadline_ts=deadline_ts)
             except GymCheckpointUnavailable as error:
                 failure = error
-                if _all_stale(error):
+                if error.all_refused_with(ErrorCode.STALE_CHECKPOINT):
                     # The coordinator's own all-or-nothing cleanup already
                     # resumed (so fenced) this id; retire under a fresh one,
                     # in case its retire was the step that failed.
@@ -288,8 +289,3 @@ class GymCheckpointAdapter:
                 self.participants, checkpoint_id, deadline_ts=deadline_ts
             )
         self._fire("resume", checkpoint_id)
-
-
-def _all_stale(error: GymCheckpointUnavailable) -> bool:
-    texts = list(error.failures.values())
-    return bool(texts) and all(text.startswith("stale_checkpoint") for text in texts)

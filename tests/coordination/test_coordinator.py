@@ -574,3 +574,18 @@ async def test_a_slow_participant_times_out_and_its_late_request_finds_the_deadl
         )
     assert clock.now() >= deadline
     assert faults.fired == [("slow", "policy", "prepare")]
+
+
+async def test_failures_carry_the_protocol_codes_of_envelope_replies() -> None:
+    """A refusal with the envelope records its code; a bare 500 records none."""
+    cluster = Cluster()
+    participants = await discovered(cluster)
+    cluster.faults.add("error", server="policy", route="renew")
+    with pytest.raises(CoordinationError) as caught:
+        await cluster.coordinator.renew(
+            participants, "never-opened", deadline_ts=cluster.deadline()
+        )
+    codes = caught.value.codes
+    assert set(caught.value.failures) == set(codes) | {"policy"}
+    assert "policy" not in codes and codes
+    assert set(codes.values()) == {"invalid_phase"}

@@ -1,0 +1,139 @@
+"""The on-disk checkpoint of one participant: a records file and its manifest.
+
+Layout (protocol.md section 6)::
+
+    <checkpoint_dir>/gym/<kind>/<instance>/records-<sha256>.jsonl
+    <checkpoint_dir>/gym/<kind>/<instance>/manifest.json
+
+The records file holds one compact JSON object per line (one per episode
+attempt, keys in the order they were exported). The manifest names the records
+file, its digest and its record count; it is written last and is create-only,
+so a directory without a manifest is unpublished and never restorable, and a
+directory with one never changes.
+
+Call order (every function is synchronous; the participant core runs them via
+``asyncio.to_thread``)::
+
+    # commit
+    manifest = write_checkpoint(checkpoint_dir, kind=..., instance=...,
+                                checkpoint_id=..., records=records,
+                                extras={"episode_ids": [...]})
+    # restore: validate everything before installing anything
+    manifest = read_manifest(checkpoint_dir, kind=..., instance=...,
+                             checkpoint_id=expected_id)
+    verify_records(checkpoint_dir, manifest)        # whole file, once
+    for record in iter_records(checkpoint_dir, manifest):
+        install(record)
+
+The package: ``layout`` (paths and names), ``records`` (the records file),
+``manifest`` (the manifest), and here the write that ties them together.
+
+Every problem found while reading raises ``CorruptCheckpoint``. Writing into a
+directory that already has a manifest raises ``CorruptCheckpoint("checkpoint
+directory already published")`` and leaves the existing files alone. Bad
+arguments from the caller (ids, extras, records that are not JSON objects)
+raise ``ValueError`` or ``TypeError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from envckpt.fsutil import fsync_dir
+from envckpt.ids import validate_checkpoint_id
+from envckpt.participant.store.layout import (
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_MANIFEST_BYTES,
+    GYM_DIR,
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    STANDARD_FIELDS,
+    StrPath,
+    participant_dir,
+    records_file_name,
+    refuse_published,
+)
+from envckpt.participant.store.manifest import (
+    Manifest,
+    canonical_extras,
+    publish_manifest,
+    read_manifest,
+    records_path,
+)
+from envckpt.participant.store.records import iter_records, verify_records, write_records
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_MAX_MANIFEST_BYTES",
+    "GYM_DIR",
+    "MANIFEST_NAME",
+    "SCHEMA_VERSION",
+    "STANDARD_FIELDS",
+    "Manifest",
+    "iter_records",
+    "participant_dir",
+    "read_manifest",
+    "records_file_name",
+    "records_path",
+    "verify_records",
+    "write_checkpoint",
+]
+
+
+def write_checkpoint(
+    checkpoint_dir: StrPath,
+    *,
+    kind: str,
+    instance: str,
+    checkpoint_id: str,
+    records: Iterable[Mapping[str, Any]],
+    extras: Mapping[str, Any] | None = None,
+    before_publish: Callable[[], None] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> Manifest:
+    """Write ``records`` and then publish the manifest; return the manifest.
+
+    ``records`` is consumed once, streaming. ``before_publish`` runs after the
+    records file has its final name and before the manifest is linked (a crash
+    hook for tests); if it raises, nothing is published.
+    """
+    validate_checkpoint_id(checkpoint_id)
+    directory = participant_dir(checkpoint_dir, kind, instance)
+    # Checked before any I/O, so bad extras never leave files behind.
+    frozen_extras = canonical_extras(extras or {})
+    _make_dirs(directory)
+    manifest_path = directory / MANIFEST_NAME
+    refuse_published(manifest_path)
+
+    sha256_hex, record_count = write_records(directory, records, max_line_bytes)
+    manifest = Manifest(
+        kind=kind,
+        instance=instance,
+        checkpoint_id=checkpoint_id,
+        records_file=records_file_name(sha256_hex),
+        records_sha256=sha256_hex,
+        record_count=record_count,
+        extras=frozen_extras,
+    )
+    publish_manifest(directory, manifest, before_publish)
+    return manifest
+
+
+def _make_dirs(directory: Path) -> None:
+    missing: list[Path] = []
+    probe = directory
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for new_dir in reversed(missing):
+        try:
+            new_dir.mkdir()
+        except FileExistsError:
+            continue  # a concurrent writer made it; its entry is its to sync
+        # A new directory's entry lives in its parent: sync the parent so the
+        # path survives a crash. Best effort, as not every filesystem allows it.
+        fsync_dir(new_dir.parent, best_effort=True)

@@ -1,0 +1,258 @@
+"""A participant's ``manifest.json``: what it says, how it is published and read.
+
+The manifest names the records file, its digest and its record count (plus
+extras such as ``episode_ids``). It is written last and is create-only: a
+temp file, fsync, then a hard link to ``manifest.json`` (a link never
+replaces, so of two racing writers exactly one publishes), then the directory
+is fsynced. A directory without a manifest is unpublished and never restorable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from envckpt.errors import CorruptCheckpoint
+from envckpt.fsutil import fsync_dir
+from envckpt.ids import validate_checkpoint_id, validate_path_component
+from envckpt.participant.store.layout import (
+    DEFAULT_MAX_MANIFEST_BYTES,
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    SHA256_HEX,
+    STANDARD_FIELDS,
+    StrPath,
+    checked_records_path,
+    participant_dir,
+    records_file_name,
+    reject_json_constant,
+    temp_path,
+)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _freeze(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(item) for item in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def canonical_extras(extras: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in extras:
+        if not isinstance(key, str):
+            raise ValueError(f"manifest extras keys must be strings, got {key!r}")
+        if key in STANDARD_FIELDS:
+            raise ValueError(f"manifest extras may not override the standard field {key!r}")
+    try:
+        # A JSON round trip both proves the extras serialise and detaches them
+        # from the caller's (mutable) objects.
+        plain = json.loads(json.dumps(_thaw(extras), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"manifest extras are not JSON: {exc}") from exc
+    frozen: Mapping[str, Any] = _freeze(plain)
+    return frozen
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """What ``manifest.json`` says about one participant's records file.
+
+    ``extras`` is read-only: nested objects are ``MappingProxyType`` and arrays
+    are tuples (so a Manifest compares by value but is not hashable).
+    """
+
+    kind: str
+    instance: str
+    checkpoint_id: str
+    records_file: str
+    records_sha256: str
+    record_count: int
+    extras: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if type(self.schema_version) is not int or self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"unknown schema_version {self.schema_version!r}")
+        validate_path_component(self.kind, what="kind")
+        validate_path_component(self.instance, what="instance")
+        validate_checkpoint_id(self.checkpoint_id)
+        if not isinstance(self.records_sha256, str) or not SHA256_HEX.fullmatch(
+            self.records_sha256
+        ):
+            raise ValueError(f"records_sha256 {self.records_sha256!r} is not 64 lowercase hex")
+        if self.records_file != records_file_name(self.records_sha256):
+            raise ValueError(
+                f"records_file {self.records_file!r} must be "
+                f"{records_file_name(self.records_sha256)!r}"
+            )
+        # type() rather than isinstance(): True is an int but not a count.
+        if type(self.record_count) is not int or self.record_count < 0:
+            raise ValueError(f"record_count must be a non-negative int, got {self.record_count!r}")
+        object.__setattr__(self, "extras", canonical_extras(self.extras))
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as plain JSON types, extras merged in."""
+        body: dict[str, Any] = _thaw(self.extras)
+        body.update(
+            schema_version=self.schema_version,
+            kind=self.kind,
+            instance=self.instance,
+            checkpoint_id=self.checkpoint_id,
+            records_file=self.records_file,
+            records_sha256=self.records_sha256,
+            record_count=self.record_count,
+        )
+        return body
+
+
+def records_path(checkpoint_dir: StrPath, manifest: Manifest) -> Path:
+    """The records file a manifest names, checked to stay inside its directory."""
+    directory = participant_dir(checkpoint_dir, manifest.kind, manifest.instance)
+    return checked_records_path(
+        directory,
+        manifest.records_file,
+        manifest.records_sha256,
+        str(directory / MANIFEST_NAME),
+    )
+
+
+def publish_manifest(
+    directory: Path, manifest: Manifest, before_publish: Callable[[], None] | None
+) -> None:
+    body = json.dumps(manifest.to_json(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    manifest_path = directory / MANIFEST_NAME
+    tmp = temp_path(directory, "manifest")
+    try:
+        with open(tmp, "xb") as stream:
+            stream.write(body.encode("ascii"))
+            stream.flush()
+            os.fsync(stream.fileno())
+        if before_publish is not None:
+            before_publish()
+        try:
+            # link() never replaces an existing name (rename would), so of two
+            # racing writers exactly one publishes.
+            os.link(tmp, manifest_path)
+        except FileExistsError:
+            _discard_losing_records(directory, manifest)
+            raise CorruptCheckpoint(
+                "checkpoint directory already published", path=str(directory)
+            ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(directory)
+
+
+def _discard_losing_records(directory: Path, manifest: Manifest) -> None:
+    # The winner's manifest names its records file; ours is garbage unless it is
+    # the very same file (same bytes, same name), which must then stay.
+    try:
+        published = json.loads((directory / MANIFEST_NAME).read_bytes())
+        winner = published["records_file"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # cannot tell what the winner uses: touch nothing
+    if winner != manifest.records_file:
+        (directory / manifest.records_file).unlink(missing_ok=True)
+
+
+def read_manifest(
+    checkpoint_dir: StrPath,
+    *,
+    kind: str,
+    instance: str,
+    checkpoint_id: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+) -> Manifest:
+    """Read and validate the manifest of one participant directory.
+
+    Checks the schema, kind, instance, checkpoint id (when given), field types
+    and that ``records_file`` is the digest name inside the directory. Does not
+    open the records file: ``verify_records`` does.
+    """
+    directory = participant_dir(checkpoint_dir, kind, instance)
+    if checkpoint_id is not None:
+        validate_checkpoint_id(checkpoint_id)
+    path = directory / MANIFEST_NAME
+    where = str(path)
+
+    data = _load_manifest_json(path, max_bytes)
+    schema = data.get("schema_version")
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise CorruptCheckpoint(
+            f"unknown manifest schema_version {schema!r} (this reader knows {SCHEMA_VERSION})",
+            path=where,
+        )
+    for name in ("kind", "instance", "checkpoint_id", "records_file", "records_sha256"):
+        if not isinstance(data.get(name), str):
+            raise CorruptCheckpoint(f"manifest field {name!r} missing or not a string", path=where)
+    count = data.get("record_count")
+    if type(count) is not int or count < 0:
+        raise CorruptCheckpoint(
+            f"manifest field 'record_count' must be a non-negative int, got {count!r}", path=where
+        )
+    for name, expected in (("kind", kind), ("instance", instance)):
+        if data[name] != expected:
+            raise CorruptCheckpoint(
+                f"foreign checkpoint: manifest {name} is {data[name]!r}, expected {expected!r}",
+                path=where,
+            )
+    if checkpoint_id is not None and data["checkpoint_id"] != checkpoint_id:
+        raise CorruptCheckpoint(
+            f"foreign checkpoint: manifest checkpoint_id is {data['checkpoint_id']!r}, "
+            f"expected {checkpoint_id!r}",
+            path=where,
+        )
+    checked_records_path(directory, data["records_file"], data["records_sha256"], where)
+
+    try:
+        manifest = Manifest(
+            kind=data["kind"],
+            instance=data["instance"],
+            checkpoint_id=data["checkpoint_id"],
+            records_file=data["records_file"],
+            records_sha256=data["records_sha256"],
+            record_count=count,
+            extras={key: value for key, value in data.items() if key not in STANDARD_FIELDS},
+            schema_version=schema,
+        )
+    except (TypeError, ValueError) as exc:
+        raise CorruptCheckpoint(f"invalid manifest: {exc}", path=where) from exc
+    return manifest
+
+
+def _load_manifest_json(path: Path, max_bytes: int) -> dict[str, Any]:
+    where = str(path)
+    try:
+        # O_NOFOLLOW: a symlinked manifest could smuggle in another directory's.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise CorruptCheckpoint(
+            "no manifest: unpublished or missing checkpoint", path=where
+        ) from None
+    except OSError as exc:
+        raise CorruptCheckpoint(f"cannot open manifest: {exc}", path=where) from exc
+    with os.fdopen(fd, "rb") as stream:
+        raw = stream.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise CorruptCheckpoint(f"manifest larger than {max_bytes} bytes", path=where)
+    try:
+        data = json.loads(raw, parse_constant=reject_json_constant)
+    except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
+        raise CorruptCheckpoint(f"manifest is not valid JSON: {exc}", path=where) from exc
+    if not isinstance(data, dict):
+        raise CorruptCheckpoint("manifest is not a JSON object", path=where)
+    return data

@@ -1,0 +1,197 @@
+"""A participant's records file: one compact JSON object per line, hashed as written.
+
+Written under a temporary name, hashed while written, fsynced, then renamed
+to its digest name (``records-<sha256>.jsonl``); record key order is kept.
+Read back as a stream: fixed chunks hashed once, split into lines, every line
+a JSON object, and the count and digest checked at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from envckpt.errors import CorruptCheckpoint
+from envckpt.fsutil import fsync_dir
+from envckpt.participant.store.layout import (
+    DEFAULT_MAX_LINE_BYTES,
+    MANIFEST_NAME,
+    StrPath,
+    records_file_name,
+    refuse_published,
+    reject_json_constant,
+    temp_path,
+)
+from envckpt.participant.store.manifest import Manifest, records_path
+
+# Records are hashed and written in chunks of about this size: large enough that
+# hashlib (which drops the GIL above 2 KiB) and write() are called rarely, small
+# enough that memory stays flat however many records there are.
+_CHUNK_BYTES = 1024 * 1024
+
+# ensure_ascii: any Python str (even a lone surrogate) round-trips, and a line
+# never contains a raw newline. allow_nan=False: NaN and Infinity are not JSON.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+# The plain decoder already builds dicts in document order, which is what
+# object_pairs_hook=dict would do, about 25% faster.
+_RECORD_DECODER = json.JSONDecoder(parse_constant=reject_json_constant)
+
+
+def write_records(
+    directory: Path, records: Iterable[Mapping[str, Any]], max_line_bytes: int
+) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    count = 0
+    tmp = temp_path(directory, "records")
+    try:
+        # Unbuffered: we hand the file whole chunks, a second buffer would only copy.
+        with open(tmp, "xb", buffering=0) as stream:
+            pending: list[str] = []
+            pending_bytes = 0
+            for record in records:
+                line = _encode_record(record, count, max_line_bytes)
+                pending.append(line)
+                pending_bytes += len(line) + 1
+                count += 1
+                if pending_bytes >= _CHUNK_BYTES:
+                    _emit(stream, digest, pending)
+                    pending.clear()
+                    pending_bytes = 0
+            if pending:
+                _emit(stream, digest, pending)
+            os.fsync(stream.fileno())
+        # A writer that lost a race while we were writing: leave its directory alone.
+        refuse_published(directory / MANIFEST_NAME)
+        # The name is the digest, so an existing file of that name (a retry after
+        # a crash, a concurrent writer) already holds these exact bytes.
+        os.replace(tmp, directory / records_file_name(digest.hexdigest()))
+    finally:
+        tmp.unlink(missing_ok=True)
+    # The records entry must be durable before a manifest can point at it.
+    fsync_dir(directory)
+    return digest.hexdigest(), count
+
+
+def _encode_record(record: Mapping[str, Any], index: int, max_line_bytes: int) -> str:
+    if not isinstance(record, Mapping):
+        raise TypeError(f"record {index} is a {type(record).__name__}, not a mapping")
+    # json encodes only real dicts; dict() keeps the mapping's key order.
+    line = _RECORD_ENCODER.encode(record if isinstance(record, dict) else dict(record))
+    # ASCII output, so characters are bytes. A line the reader would refuse is
+    # refused now rather than discovered at restore.
+    if len(line) > max_line_bytes:
+        raise ValueError(f"record {index} encodes to {len(line)} bytes > {max_line_bytes}")
+    return line
+
+
+def _emit(stream: BinaryIO, digest: Any, lines: list[str]) -> None:
+    lines.append("")  # join then ends the chunk with a newline
+    chunk = "\n".join(lines).encode("ascii")
+    digest.update(chunk)
+    view = memoryview(chunk)
+    while view:  # a raw write may be partial
+        written = stream.write(view)
+        view = view[written:]
+
+
+def verify_records(
+    checkpoint_dir: StrPath, manifest: Manifest, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> None:
+    """Read the whole records file once: every line a JSON object, count and digest right."""
+    for _record in iter_records(checkpoint_dir, manifest, max_line_bytes=max_line_bytes):
+        pass
+
+
+def iter_records(
+    checkpoint_dir: StrPath, manifest: Manifest, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[dict[str, Any]]:
+    """Stream the records in file order, keys in their exported order.
+
+    The digest and count are only known at the end, so a mismatch raises after
+    the last record; call ``verify_records`` first before installing anything.
+    """
+    path = records_path(checkpoint_dir, manifest)
+    return _scan_records(path, manifest, max_line_bytes)
+
+
+def _scan_records(path: Path, manifest: Manifest, max_line_bytes: int) -> Iterator[dict[str, Any]]:
+    where = str(path)
+    digest = hashlib.sha256()
+    count = 0
+    try:
+        stream = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        raise CorruptCheckpoint("records file missing", path=where) from None
+    except OSError as exc:
+        raise CorruptCheckpoint(f"cannot open records file: {exc}", path=where) from exc
+    with stream:
+        for line in _lines(stream, digest, max_line_bytes, where):
+            count += 1
+            if count > manifest.record_count:
+                raise CorruptCheckpoint(
+                    f"record count mismatch: manifest says {manifest.record_count}, file has more",
+                    path=where,
+                )
+            yield _decode_record(line, count, where)
+    if count != manifest.record_count:
+        raise CorruptCheckpoint(
+            f"record count mismatch: manifest says {manifest.record_count}, file has {count}",
+            path=where,
+        )
+    if digest.hexdigest() != manifest.records_sha256:
+        raise CorruptCheckpoint(
+            f"records digest mismatch: manifest says {manifest.records_sha256}, "
+            f"file hashes to {digest.hexdigest()}",
+            path=where,
+        )
+
+
+def _lines(stream: BinaryIO, digest: Any, max_line_bytes: int, where: str) -> Iterator[bytes]:
+    # Reads fixed chunks (hashing each once) and splits them into lines; only a
+    # line that spans chunks is buffered, and never beyond max_line_bytes.
+    partial = bytearray()
+    line_no = 0
+    while chunk := stream.read(_CHUNK_BYTES):
+        digest.update(chunk)
+        pieces = chunk.split(b"\n")
+        tail = pieces.pop()
+        for piece in pieces:
+            line_no += 1
+            if partial:
+                partial += piece
+                line = bytes(partial)
+                partial.clear()
+            else:
+                line = piece
+            if len(line) > max_line_bytes:
+                raise _too_long(line_no, max_line_bytes, where)
+            yield line
+        partial += tail
+        if len(partial) > max_line_bytes:
+            raise _too_long(line_no + 1, max_line_bytes, where)
+    if partial:
+        raise CorruptCheckpoint(
+            f"records file truncated: line {line_no + 1} has no final newline", path=where
+        )
+
+
+def _too_long(line_no: int, max_line_bytes: int, where: str) -> CorruptCheckpoint:
+    return CorruptCheckpoint(f"line {line_no} longer than {max_line_bytes} bytes", path=where)
+
+
+def _decode_record(line: bytes, line_no: int, where: str) -> dict[str, Any]:
+    try:
+        record = _RECORD_DECODER.decode(line.decode("utf-8"))
+    except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
+        raise CorruptCheckpoint(f"bad JSON on line {line_no}: {exc}", path=where) from exc
+    if type(record) is not dict:
+        raise CorruptCheckpoint(
+            f"line {line_no} is a JSON {type(record).__name__}, not an object", path=where
+        )
+    return record
