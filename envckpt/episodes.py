@@ -90,3 +90,11 @@ def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
 def episodes_from_keys(keys: Iterable[str]) -> tuple[EnvironmentEpisode, ...]:
     """Sorted episodes parsed from capture keys."""
     return sorted_episodes(EnvironmentEpisode.from_capture_key(key) for key in keys)
+
+
+def excluding(
+    episodes: Iterable[EnvironmentEpisode], excluded: Iterable[EnvironmentEpisode]
+) -> tuple[EnvironmentEpisode, ...]:
+    """``episodes`` in their order, without ``excluded`` (a commit scope minus its restarts)."""
+    dropped = frozenset(excluded)
+    return tuple(episode for episode in episodes if episode not in dropped)

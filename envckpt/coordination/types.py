@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, excluding
 from envckpt.protocol import STAGES, Kind, Mode, Phase, parse_kind, parse_mode
 
 
@@ -99,8 +99,7 @@ class PrepareResult:
 
     def continued(self, episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
         """The commit scope: ``episodes`` minus the restarts."""
-        restarts = self.restarts()
-        return tuple(episode for episode in episodes if episode not in restarts)
+        return excluding(episodes, self.restarts())
 
 
 class GymCoordination(Protocol):

@@ -29,79 +29,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
 
 import structlog
 
 from envckpt.clock import Clock, SystemClock
 from envckpt.crashpoints import crashpoint
-from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import (
-    GymCheckpointUnavailable,
-    IllegalTransition,
-    IncompatibleCheckpoint,
-    SnapshotNotReady,
-)
+from envckpt.errors import GymCheckpointUnavailable, IllegalTransition, SnapshotNotReady
+from envckpt.facade.fan_out import FanOut, aggregate, stop, uncancellable
 from envckpt.facade.instances import InstanceClient
-from envckpt.facade.manifest import (
-    GymSnapshotManifest,
-    InstanceRecord,
-    read_manifest,
-    write_manifest,
-)
+from envckpt.facade.manifest import GymSnapshotManifest, InstanceRecord, write_manifest
+from envckpt.facade.restore import abandon_everywhere, check_restorable, restore_everywhere
+from envckpt.facade.resumer import Resumer
 from envckpt.facade.snapshot import SESSION, GymEnvironmentSnapshot, SnapshotTimings
+from envckpt.facade.timeouts import CheckpointTimeouts
 from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
 from envckpt.ids import mint_checkpoint_id
 from envckpt.interfaces import RestoredEnvironmentRollouts
 from envckpt.inventory import RolloutInventory, SnapshotContents
 from envckpt.machines.binding import MachineState
-from envckpt.machines.tables import (
-    FRESH,
-    HOLDS_RESTORE,
-    INSTANCE_LIFECYCLE,
-    SNAPSHOT_SESSION,
-    SessionState,
-)
+from envckpt.machines.tables import SNAPSHOT_SESSION, SessionState
 
-T = TypeVar("T")
+__all__ = ["CheckpointTimeouts", "GymEnvironmentCheckpoint"]
+
 # A failed restore must still clean up even if its own deadline has passed.
 CLEANUP_SECONDS = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointTimeouts:
-    """Budgets, in seconds, turned into absolute deadlines at each step."""
-
-    prepare_seconds: float = 120.0
-    commit_seconds: float = 600.0
-    control_seconds: float = 60.0
-    restore_seconds: float = 600.0
-    renew_interval_seconds: float = 60.0
-    resume_attempts: int = 3
-
-
-def _aggregate(operation: str, errors: Mapping[str, BaseException]) -> BaseException:
-    """One error for a fan-out: the most severe kind wins, unavailability last."""
-    for error in errors.values():
-        if not isinstance(error, GymCheckpointUnavailable):
-            return error
-    failures = {iid: str(error) for iid, error in sorted(errors.items())}
-    return GymCheckpointUnavailable(
-        f"{operation} failed on {len(errors)} instance(s): {failures}",
-        operation=operation,
-        failures=failures,
-    )
 
 
 class GymEnvironmentCheckpoint:
@@ -122,9 +76,9 @@ class GymEnvironmentCheckpoint:
         self._inventory_source = inventory
         self._clock = clock or SystemClock()
         self.timeouts = timeouts or CheckpointTimeouts()
+        self._fan_out = FanOut(self._instances)
+        self._resumer = Resumer(self._fan_out, clock=self._clock, timeouts=self.timeouts)
         self._active: str | None = None
-        # Instances whose resume failed every retry: instance id -> checkpoint id.
-        self._unresumed: dict[str, str] = {}
 
     @property
     def holds_rollout_state(self) -> bool:
@@ -154,34 +108,6 @@ class GymEnvironmentCheckpoint:
     def is_unavailable(self, error: BaseException) -> bool:
         return isinstance(error, GymCheckpointUnavailable)
 
-    # ------------------------------------------------------------------ fan-out
-
-    async def _each(
-        self,
-        call: Callable[[InstanceClient], Awaitable[T]],
-        instances: Iterable[InstanceClient] | None = None,
-    ) -> tuple[dict[str, T], dict[str, BaseException]]:
-        chosen = list(self._instances.values() if instances is None else instances)
-        outcomes = await asyncio.gather(*(call(i) for i in chosen), return_exceptions=True)
-        results: dict[str, T] = {}
-        errors: dict[str, BaseException] = {}
-        for instance, outcome in zip(chosen, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome
-                errors[instance.instance_id] = outcome
-            else:
-                results[instance.instance_id] = outcome
-        return results, errors
-
-    async def _all(
-        self, operation: str, call: Callable[[InstanceClient], Awaitable[T]]
-    ) -> dict[str, T]:
-        results, errors = await self._each(call)
-        if errors:
-            raise _aggregate(operation, errors)
-        return results
-
     def _deadline(self, seconds: float) -> float:
         return self._clock.now() + seconds
 
@@ -200,8 +126,8 @@ class GymEnvironmentCheckpoint:
 
     async def check_startup(self) -> None:
         """Discover every instance; refuse environment participants, warn on restart-only."""
-        await self._all("discover", lambda i: i.discover())
-        restart_only = await self._all("discover", lambda i: i.restart_only_servers())
+        await self._fan_out.require("discover", lambda i: i.discover())
+        restart_only = await self._fan_out.require("discover", lambda i: i.restart_only_servers())
         for instance_id, servers in sorted(restart_only.items()):
             if servers:
                 structlog.get_logger("envckpt.facade").warning(
@@ -219,7 +145,7 @@ class GymEnvironmentCheckpoint:
         unknown = sorted(set(wanted) - set(self._instances))
         if unknown:
             raise ValueError(f"unknown Gym instances: {unknown}")
-        await self._all(
+        await self._fan_out.require(
             "forget",
             lambda i: i.forget(checkpoint_id, wanted.get(i.instance_id, ()), deadline_ts=deadline),
         )
@@ -248,22 +174,22 @@ class GymEnvironmentCheckpoint:
             try:
                 yield snapshot.snapshot
             except BaseException:
-                await _stop(renewer)
+                await stop(renewer)
                 await self._abort(checkpoint_id, session)
                 raise
-            await _stop(renewer)
-            await _uncancellable(self._resume_all(checkpoint_id))
+            await stop(renewer)
+            await uncancellable(self._resumer.resume(checkpoint_id))
             SESSION.fire(session, "resume", checkpoint_id=checkpoint_id)
         finally:
-            await _stop(renewer)
+            await stop(renewer)
             self._active = None
 
     async def _take(
         self, path: Path, checkpoint_id: str, session: MachineState[SessionState]
-    ) -> _Taken:
+    ) -> _CommittedSnapshot:
         clock = self._clock
-        await self._all("discover", lambda i: i.discover())
-        await self._settle()
+        await self._fan_out.require("discover", lambda i: i.discover())
+        await self._resumer.resume_leftovers()
 
         started = clock.now()
         await self._retire_dropped(checkpoint_id)
@@ -271,7 +197,7 @@ class GymEnvironmentCheckpoint:
 
         crashpoint("snapshot.before_prepare")
         prepare_deadline = self._deadline(self.timeouts.prepare_seconds)
-        prepared = await self._all(
+        prepared = await self._fan_out.require(
             "prepare", lambda i: i.prepare(checkpoint_id, deadline_ts=prepare_deadline)
         )
         blocked = {iid: summary for iid, summary in prepared.items() if not summary.prepared}
@@ -299,7 +225,7 @@ class GymEnvironmentCheckpoint:
             manifest = GymSnapshotManifest(checkpoint_id=checkpoint_id, instances=records)
             manifest_bytes = await asyncio.to_thread(write_manifest, path, manifest)
         except BaseException:
-            await _stop(renewer)
+            await stop(renewer)
             raise
         SESSION.fire(session, "commit", checkpoint_id=checkpoint_id)
         contents = SnapshotContents(
@@ -320,7 +246,7 @@ class GymEnvironmentCheckpoint:
             ),
             unowned_live_episodes=sum(len(s.unowned_live_episodes) for s in summaries.values()),
         )
-        return _Taken(snapshot, renewer)
+        return _CommittedSnapshot(snapshot, renewer)
 
     async def _retire_dropped(self, checkpoint_id: str) -> None:
         deadline = self._deadline(self.timeouts.control_seconds)
@@ -331,7 +257,7 @@ class GymEnvironmentCheckpoint:
                 await instance.retire(checkpoint_id, dropped, deadline_ts=deadline)
                 self.inventory.retired(instance.instance_id, dropped)
 
-        await self._all("retire", retire)
+        await self._fan_out.require("retire", retire)
 
     async def _commit_all(
         self,
@@ -356,14 +282,14 @@ class GymEnvironmentCheckpoint:
                 )
             return summary
 
-        return await self._all("commit", commit)
+        return await self._fan_out.require("commit", commit)
 
     async def _renew_forever(self, checkpoint_id: str) -> None:
         log = structlog.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
         while True:
             await self._clock.sleep(self.timeouts.renew_interval_seconds)
             deadline = self._deadline(self.timeouts.commit_seconds)
-            _, errors = await self._each(
+            _, errors = await self._fan_out.collect(
                 functools.partial(_renew_with, checkpoint_id=checkpoint_id, deadline_ts=deadline)
             )
             for iid, error in errors.items():
@@ -372,7 +298,7 @@ class GymEnvironmentCheckpoint:
     async def _abort(self, checkpoint_id: str, session: MachineState[SessionState]) -> None:
         """Resume every instance that may hold the open checkpoint; never raises."""
         try:
-            await _uncancellable(self._resume_all(checkpoint_id))
+            await uncancellable(self._resumer.resume(checkpoint_id))
         except Exception as error:
             structlog.get_logger("envckpt.facade").warning(
                 "abort: resume failed; participants resume at lease expiry",
@@ -382,163 +308,48 @@ class GymEnvironmentCheckpoint:
         if SESSION.can_fire(session, "abort"):
             SESSION.fire(session, "abort", checkpoint_id=checkpoint_id)
 
-    async def _resume_all(self, checkpoint_id: str | None) -> None:
-        """Resume every instance whose state allows it, retrying failures.
-
-        An instance whose resume failed every retry is remembered with its
-        checkpoint id (its participants resume themselves at lease expiry),
-        and resumed first by the next snapshot or restore (``_settle``).
-        ``checkpoint_id`` None resumes only those.
-        """
-        errors: dict[str, BaseException] = {}
-        for _ in range(max(1, self.timeouts.resume_attempts)):
-            states, _ = await self._each(lambda i: i.state())
-            pending = [
-                self._instances[iid]
-                for iid, state in states.items()
-                if INSTANCE_LIFECYCLE.destination(state, "resume") is not None
-                and (checkpoint_id is not None or iid in self._unresumed)
-            ]
-            if not pending:
-                break
-            ids = {
-                i.instance_id: self._unresumed.get(i.instance_id, checkpoint_id or "")
-                for i in pending
-            }
-            deadline = self._deadline(self.timeouts.control_seconds)
-            _, errors = await self._each(
-                functools.partial(_resume_with, ids=ids, deadline_ts=deadline), pending
-            )
-            for instance in pending:
-                if instance.instance_id not in errors:
-                    self._unresumed.pop(instance.instance_id, None)
-            if not errors:
-                break
-        for iid in errors:
-            self._unresumed.setdefault(iid, checkpoint_id or "")
-        if errors:
-            raise _aggregate("resume", errors)
-
-    async def _settle(self) -> None:
-        """Before a new checkpoint: resume what an earlier one could not."""
-        if self._unresumed:
-            await self._resume_all(None)
-
     # ------------------------------------------------------------------ restore
 
     @contextlib.asynccontextmanager
     async def restored(self, checkpoint_path: Path) -> AsyncIterator[RestoredEnvironmentRollouts]:
         path = Path(checkpoint_path)
-        manifest = await asyncio.to_thread(read_manifest, path)
-        live, saved = set(self._instances), set(manifest.instances)
-        if live != saved:
-            raise IncompatibleCheckpoint(
-                f"snapshot {manifest.checkpoint_id} holds instances {sorted(saved)}, "
-                f"but this run has {sorted(live)}"
-            )
-        # Only a fresh deployment may restore: refuse before anything is sent.
-        states = await self._all("state", lambda i: i.state())
-        for iid, state in sorted(states.items()):
-            if state not in FRESH:
-                raise IllegalTransition(
-                    machine=INSTANCE_LIFECYCLE.name, instance=iid, state=state, trigger="restore"
-                )
-        await self._all("discover", lambda i: i.discover())
-        names = await self._all("discover", lambda i: i.participant_names())
-        for iid, record in sorted(manifest.instances.items()):
-            missing = sorted(set(record.participants) - set(names[iid]))
-            if missing:
-                raise IncompatibleCheckpoint(
-                    f"{iid} lacks participants that saved state in snapshot "
-                    f"{manifest.checkpoint_id}: {missing}"
-                )
+        # Refused before anything is sent: another topology, a used deployment,
+        # a participant that saved state missing.
+        manifest = await check_restorable(self._fan_out, path)
         checkpoint_id = mint_checkpoint_id(f"restore-{manifest.checkpoint_id}")
         self._open(checkpoint_id, "restore")
         try:
             deadline = self._deadline(self.timeouts.restore_seconds)
-            _, errors = await self._each(
-                lambda i: i.restore(
-                    checkpoint_id,
-                    str(path),
-                    manifest.instances[i.instance_id].episodes,
-                    participants=manifest.instances[i.instance_id].participants,
-                    source_checkpoint_id=manifest.checkpoint_id,
-                    deadline_ts=deadline,
-                )
+            errors = await restore_everywhere(
+                self._fan_out, checkpoint_id, path, manifest, deadline_ts=deadline
             )
             if errors:
                 # All-or-nothing across instances: drop every instance's restore.
-                await self._abandon_all(checkpoint_id, manifest)
-                raise _aggregate("restore", errors)
+                await self._abandon_everywhere(checkpoint_id, manifest)
+                raise aggregate("restore", errors)
             try:
                 yield RestoredEnvironmentRollouts(
                     continued_attempts=manifest.continued_attempts(),
                     staging_keys=manifest.staging_keys(),
                 )
             except BaseException:
-                await self._abandon_all(checkpoint_id, manifest)
+                await self._abandon_everywhere(checkpoint_id, manifest)
                 raise
-            await self._resume_all(checkpoint_id)
+            await self._resumer.resume(checkpoint_id)
         finally:
             self._active = None
 
-    async def _abandon_all(self, checkpoint_id: str, manifest: GymSnapshotManifest) -> None:
-        deadline = max(
-            self._deadline(self.timeouts.control_seconds), self._deadline(CLEANUP_SECONDS)
-        )
-
-        async def abandon(instance: InstanceClient) -> None:
-            state = await instance.state()
-            if state in HOLDS_RESTORE:
-                episodes: tuple[EnvironmentEpisode, ...] = manifest.instances[
-                    instance.instance_id
-                ].episodes
-                await instance.abandon_restore(checkpoint_id, episodes, deadline_ts=deadline)
-
-        _, errors = await self._each(abandon)
-        for iid, error in errors.items():
-            structlog.get_logger("envckpt.facade").warning(
-                "dropping a restore failed; participants resume at lease expiry",
-                instance_id=iid,
-                checkpoint_id=checkpoint_id,
-                error=str(error),
-            )
+    async def _abandon_everywhere(self, checkpoint_id: str, manifest: GymSnapshotManifest) -> None:
+        deadline = self._deadline(max(self.timeouts.control_seconds, CLEANUP_SECONDS))
+        await abandon_everywhere(self._fan_out, checkpoint_id, manifest, deadline_ts=deadline)
 
 
 @dataclass(slots=True)
-class _Taken:
+class _CommittedSnapshot:
+    """A committed snapshot, and the task renewing its leases until it is left."""
+
     snapshot: GymEnvironmentSnapshot
     renewer: asyncio.Task[None]
-
-
-async def _stop(task: asyncio.Task[None] | None) -> None:
-    if task is None or task.done():
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
-
-
-async def _uncancellable(work: Coroutine[Any, Any, None]) -> None:
-    """Run ``work`` to its end even if the caller is cancelled meanwhile.
-
-    Resuming must not stop half-way: instances left committed would refuse
-    every later snapshot while the trainer already dispatches again. On
-    cancellation the work still finishes first, then the cancellation goes on.
-    """
-    task = asyncio.ensure_future(work)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
-        raise
-
-
-async def _resume_with(
-    instance: InstanceClient, *, ids: Mapping[str, str], deadline_ts: float
-) -> None:
-    await instance.resume(ids[instance.instance_id], deadline_ts=deadline_ts)
 
 
 async def _renew_with(instance: InstanceClient, *, checkpoint_id: str, deadline_ts: float) -> None:

@@ -10,13 +10,12 @@ a damaged file; schema, kind and every field's type are checked on read.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envckpt import checksummed
 from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import atomic_write_bytes
@@ -75,8 +74,6 @@ class GymSnapshotManifest:
 
     def body(self) -> dict[str, Any]:
         return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": MANIFEST_KIND,
             "checkpoint_id": self.checkpoint_id,
             "instances": {iid: rec.to_json() for iid, rec in sorted(self.instances.items())},
         }
@@ -92,15 +89,11 @@ class GymSnapshotManifest:
         return frozenset(key for rec in self.instances.values() for key in rec.staging_keys)
 
 
-def _canonical(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
 def write_manifest(directory: Path, manifest: GymSnapshotManifest) -> int:
     """Write ``gym_checkpoint.json`` atomically; return the bytes written."""
-    body = manifest.body()
-    document = dict(body, sha256=hashlib.sha256(_canonical(body)).hexdigest())
-    data = json.dumps(document, sort_keys=True, indent=1).encode()
+    data = checksummed.encode(
+        kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, body=manifest.body(), indent=1
+    )
     atomic_write_bytes(directory / MANIFEST_NAME, data)
     return len(data)
 
@@ -109,33 +102,29 @@ def read_manifest(directory: Path) -> GymSnapshotManifest:
     """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise."""
     path = directory / MANIFEST_NAME
     try:
-        document = json.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise CorruptCheckpoint("no Gym snapshot manifest", path=str(path)) from None
-    except (OSError, ValueError) as error:
+    except OSError as error:
         raise CorruptCheckpoint(
             f"unreadable Gym snapshot manifest: {error}", path=str(path)
         ) from error
+    body = checksummed.decode(
+        data,
+        kind=MANIFEST_KIND,
+        schema_version=SCHEMA_VERSION,
+        fields=("checkpoint_id", "instances"),
+        path=str(path),
+    )
     try:
-        return _parse(document)
-    except (KeyError, TypeError, ValueError) as error:
+        return _parse(body)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CorruptCheckpoint(
             f"invalid Gym snapshot manifest: {error}", path=str(path)
         ) from error
 
 
-def _parse(document: Any) -> GymSnapshotManifest:
-    if not isinstance(document, dict):
-        raise TypeError("manifest is not an object")
-    if document.get("kind") != MANIFEST_KIND:
-        raise ValueError(f"foreign manifest kind {document.get('kind')!r}")
-    if document.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"unsupported schema_version {document.get('schema_version')!r}")
-    body = {key: value for key, value in document.items() if key != "sha256"}
-    if hashlib.sha256(_canonical(body)).hexdigest() != document.get("sha256"):
-        raise ValueError("checksum mismatch")
-    if set(body) != {"schema_version", "kind", "checkpoint_id", "instances"}:
-        raise ValueError(f"unexpected fields {sorted(body)}")
+def _parse(body: Mapping[str, Any]) -> GymSnapshotManifest:
     instances: dict[str, InstanceRecord] = {}
     for instance_id, record in body["instances"].items():
         GymCheckpointInstance.parse(instance_id)

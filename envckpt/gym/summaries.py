@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from envckpt.coordination.types import PrepareResult
-from envckpt.episodes import EnvironmentEpisode, sorted_episodes
+from envckpt.episodes import EnvironmentEpisode, excluding, sorted_episodes
 
 # Gym's episode identity is the backend-neutral one the ledger uses.
 GymCheckpointEpisode = EnvironmentEpisode
@@ -69,5 +69,4 @@ class GymCheckpointPrepareSummary:
 
     def continued(self, episodes: tuple[EnvironmentEpisode, ...]) -> tuple[EnvironmentEpisode, ...]:
         """``episodes`` minus the restarts: the commit scope."""
-        restarts = set(self.restarts)
-        return tuple(episode for episode in episodes if episode not in restarts)
+        return excluding(episodes, self.restarts)

@@ -1,0 +1,96 @@
+"""Calling every Gym instance at once, and the task helpers the facade's flows share.
+
+    fan_out = FanOut(instances)
+    results, errors = await fan_out.collect(lambda i: i.state())     # errors kept apart
+    replies = await fan_out.require("commit", lambda i: i.commit(...))  # one error if any failed
+
+An error from several instances becomes one: the most severe kind wins (a
+protocol violation or a corrupt checkpoint is not a reason to retry), and only
+when every instance was merely unavailable is the result
+``GymCheckpointUnavailable`` naming each instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from envckpt.errors import GymCheckpointUnavailable
+from envckpt.facade.instances import InstanceClient
+
+T = TypeVar("T")
+
+
+def aggregate(operation: str, errors: Mapping[str, BaseException]) -> BaseException:
+    """One error for a fan-out: the most severe kind wins, unavailability last."""
+    for error in errors.values():
+        if not isinstance(error, GymCheckpointUnavailable):
+            return error
+    failures = {iid: str(error) for iid, error in sorted(errors.items())}
+    return GymCheckpointUnavailable(
+        f"{operation} failed on {len(errors)} instance(s): {failures}",
+        operation=operation,
+        failures=failures,
+    )
+
+
+class FanOut:
+    """Concurrent calls to Gym instances, results and errors keyed by instance id."""
+
+    def __init__(self, instances: Mapping[str, InstanceClient]) -> None:
+        self.instances = dict(instances)
+
+    async def collect(
+        self,
+        call: Callable[[InstanceClient], Awaitable[T]],
+        instances: Iterable[InstanceClient] | None = None,
+    ) -> tuple[dict[str, T], dict[str, BaseException]]:
+        """Call every instance (or ``instances``); return the results and the errors."""
+        chosen = list(self.instances.values() if instances is None else instances)
+        outcomes = await asyncio.gather(*(call(i) for i in chosen), return_exceptions=True)
+        results: dict[str, T] = {}
+        errors: dict[str, BaseException] = {}
+        for instance, outcome in zip(chosen, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                errors[instance.instance_id] = outcome
+            else:
+                results[instance.instance_id] = outcome
+        return results, errors
+
+    async def require(
+        self, operation: str, call: Callable[[InstanceClient], Awaitable[T]]
+    ) -> dict[str, T]:
+        """Call every instance; every call must succeed, else one aggregated error."""
+        results, errors = await self.collect(call)
+        if errors:
+            raise aggregate(operation, errors)
+        return results
+
+
+async def stop(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task (the lease renewer) and wait until it has ended."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def uncancellable(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even if the caller is cancelled meanwhile.
+
+    Resuming must not stop half-way: instances left committed would refuse
+    every later snapshot while the trainer already dispatches again. On
+    cancellation the work still finishes first, then the cancellation goes on.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await task
+        raise
