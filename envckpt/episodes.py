@@ -98,3 +98,8 @@ def excluding(
     """``episodes`` in their order, without ``excluded`` (a commit scope minus its restarts)."""
     dropped = frozenset(excluded)
     return tuple(episode for episode in episodes if episode not in dropped)
+
+
+def retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
+    """Whether retiring ``retired`` retires ``held``: an attempt and every earlier one."""
+    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)

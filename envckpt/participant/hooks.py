@@ -21,9 +21,11 @@ hook's I/O first, then fires the phase machine.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, retired_by
+
+S = TypeVar("S")
 
 
 class StateHooks(Protocol):
@@ -50,6 +52,77 @@ class StateHooks(Protocol):
     def forget(self, rollout_ids: Iterable[str]) -> None: ...
 
     def release_exported(self) -> None: ...
+
+
+class SessionHooks(Generic[S]):
+    """``StateHooks`` of a kind that holds one state object per episode.
+
+    A kind says how one state is saved and read back (``save_state``,
+    ``load_state``, and ``state_type``, the type ``load_state`` returns); the
+    rest has the usual meaning: admission has nothing of its own to close,
+    export is every held episode in scope, retire drops the sessions of the
+    retired attempts and every earlier one, forget and release hold nothing.
+    Override a hook to add to it (an agent cancels its runs before retiring).
+
+        class Counters(SessionHooks[int]):
+            state_type = int
+            def save_state(self, state): return {"count": state}
+            def load_state(self, episode, state): return int(state["count"])
+    """
+
+    state_type: ClassVar[type[Any]] = object
+
+    def __init__(self) -> None:
+        self.states: dict[EnvironmentEpisode, S] = {}
+
+    def save_state(self, state: S) -> dict[str, Any]:
+        """One episode's state as a JSON object (its record)."""
+        raise NotImplementedError
+
+    def load_state(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> S:
+        """Parse one saved state; raise ValueError if it is not valid."""
+        raise NotImplementedError
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+        return frozenset(self.states)
+
+    async def close_admission(self) -> None:
+        return None
+
+    async def open_admission(self) -> None:
+        return None
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
+        for episode in sorted(scope & self.states.keys()):
+            yield episode, self.save_state(self.states[episode])
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        return {}
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
+        return self.load_state(episode, state)
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
+        # Checked before anything is installed: all or nothing.
+        for _, state in restored:
+            if not isinstance(state, self.state_type):
+                raise TypeError(
+                    f"expected a validated {self.state_type.__name__}, got {type(state).__name__}"
+                )
+        for episode, state in restored:
+            self.states[episode] = state  # type: ignore[assignment]
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        for held in [episode for episode in self.states if retired_by(episode, episodes)]:
+            del self.states[held]
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        return None
+
+    def release_exported(self) -> None:
+        return None
 
 
 class NoState:

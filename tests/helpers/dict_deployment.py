@@ -8,7 +8,7 @@ cores of one Gym instance behind an ``InProcessTransport``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,66 +19,23 @@ from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.core import ParticipantCore
 
+from helpers.participant_doubles import JsonStateHooks
+
 TOKEN = "test-token"
 
 
-class DictHooks:
-    """Per-episode dict state for any participant kind."""
+class DictHooks(JsonStateHooks):
+    """Per-episode dict state for any participant kind; a model's rows come from the state."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.state: dict[EnvironmentEpisode, dict[str, Any]] = {}
-        self.admission_closed = False
+    staging_from_state = True
 
-    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(self.state)
+    @property
+    def state(self) -> dict[EnvironmentEpisode, dict[str, Any]]:
+        return self.states
 
-    async def close_admission(self) -> None:
-        self.admission_closed = True
-
-    async def open_admission(self) -> None:
-        self.admission_closed = False
-
-    def export(
-        self, scope: frozenset[EnvironmentEpisode]
-    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
-        for episode in sorted(scope):
-            if episode in self.state:
-                yield episode, self.state[episode]
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        keys = sorted(e.capture_key for e in exported)
-        if self.kind == "agent":
-            return {"run_episode_ids": keys}
-        if self.kind == "model":
-            by_episode = {e.capture_key: sorted(self.state[e].get("staging", [])) for e in exported}
-            return {
-                "staging_keys": sorted({k for ks in by_episode.values() for k in ks}),
-                "staging_keys_by_episode": by_episode,
-            }
-        return {}
-
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
-        if not isinstance(state.get("turn"), int):
-            raise ValueError(f"{episode.capture_key}: state without a turn")
-        return dict(state)
-
-    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        for episode, state in restored:
-            assert isinstance(state, dict)
-            self.state[episode] = state
-
-    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        for retired in episodes:
-            for episode in list(self.state):
-                if episode.rollout_id == retired.rollout_id and episode.attempt <= retired.attempt:
-                    del self.state[episode]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None
+    @property
+    def admission_closed(self) -> bool:
+        return not self.admission_open
 
 
 @dataclass

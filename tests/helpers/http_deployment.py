@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,71 +31,41 @@ from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, StateHooks
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 
+from helpers.participant_doubles import JsonStateHooks
+
 TOKEN = "tok-3f9a1c7e5b2d4680"
 TURN_ROUTE = "/test/turn"
 
 
-class DictState:
+class DictState(JsonStateHooks):
     """A participant kind holding one JSON object per episode, with failures on demand.
 
     ``fail`` names hooks that raise ``RuntimeError`` (``close_admission``,
-    ``export``, ``retire``).
+    ``export``, ``retire``); a saved state must carry an integer ``turns``.
     """
 
+    turn_key = "turns"
+
     def __init__(self) -> None:
-        self.states: dict[EnvironmentEpisode, dict[str, Any]] = {}
+        super().__init__()
         self.fail: set[str] = set()
-        self.installed: list[EnvironmentEpisode] = []
-        self.forgotten: list[str] = []
-        self.released = 0
-
-    def _maybe_fail(self, hook: str) -> None:
-        if hook in self.fail:
-            raise RuntimeError(f"injected failure in {hook}")
-
-    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(self.states)
 
     async def close_admission(self) -> None:
         self._maybe_fail("close_admission")
-
-    async def open_admission(self) -> None:
-        return None
 
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
         self._maybe_fail("export")
-        for episode in sorted(scope):
-            if episode in self.states:
-                yield episode, dict(self.states[episode])
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        return {}
-
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
-        if not isinstance(state.get("turns"), int):
-            raise ValueError(f"{episode.capture_key}: state has no integer 'turns'")
-        return dict(state)
-
-    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        for episode, state in restored:
-            assert isinstance(state, dict)
-            self.states[episode] = state
-            self.installed.append(episode)
+        return super().export(scope)
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         self._maybe_fail("retire")
-        for retired in episodes:
-            for episode in list(self.states):
-                if episode.rollout_id == retired.rollout_id and episode.attempt <= retired.attempt:
-                    del self.states[episode]
+        await super().retire(episodes)
 
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        self.forgotten.extend(rollout_ids)
-
-    def release_exported(self) -> None:
-        self.released += 1
+    def _maybe_fail(self, hook: str) -> None:
+        if hook in self.fail:
+            raise RuntimeError(f"injected failure in {hook}")
 
 
 def make_core(

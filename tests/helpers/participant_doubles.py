@@ -26,6 +26,7 @@ from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.coordination.transport import ControlReply
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import SessionHooks
 
 TOKEN = "secret-token"
 START = 1_800_000_000.0
@@ -35,12 +36,21 @@ def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
     return EnvironmentEpisode(rollout_id, attempt)
 
 
-class JsonStateHooks:
-    """Per-episode JSON state with switches to make each hook fail."""
+class JsonStateHooks(SessionHooks[dict[str, Any]]):
+    """Per-episode JSON state with switches to make each hook fail.
+
+    ``turn_key`` is the integer a saved state must carry; a model's staging
+    keys are ``<capture key>/stage`` unless a state lists its own under
+    ``"staging"`` (``staging_from_state``).
+    """
+
+    state_type = dict
+    turn_key = "turn"
+    staging_from_state = False
 
     def __init__(self, kind: str = "agent") -> None:
+        super().__init__()
         self.kind = kind
-        self.states: dict[EnvironmentEpisode, dict[str, Any]] = {}
         self.admission_open = True
         self.fail_close = False
         self.fail_retire = False
@@ -49,18 +59,27 @@ class JsonStateHooks:
         self.calls: list[str] = []
         self.exports = 0
         self.released = 0
+        self.installed: list[EnvironmentEpisode] = []
         self.retired: list[tuple[EnvironmentEpisode, ...]] = []
         self.forgotten: list[str] = []
         # Called from hooks.retire with the episodes, e.g. to stop in-flight turns.
         self.on_retire: list[Callable[[tuple[EnvironmentEpisode, ...]], None]] = []
 
     def put(self, episode: EnvironmentEpisode, turn: int = 1, **extra: Any) -> None:
-        self.states[episode] = {"turn": turn, **extra}
+        self.states[episode] = {self.turn_key: turn, **extra}
+
+    def save_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return dict(state)
+
+    def load_state(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> dict[str, Any]:
+        if type(state.get(self.turn_key)) is not int:
+            raise ValueError(f"{episode.capture_key}: state without an integer {self.turn_key}")
+        return dict(state)
 
     def live_episodes(self) -> frozenset[EnvironmentEpisode]:
         if self.status_error is not None:
             raise self.status_error
-        return frozenset(self.states)
+        return super().live_episodes()
 
     async def close_admission(self) -> None:
         self.calls.append("close")
@@ -78,31 +97,28 @@ class JsonStateHooks:
         self.exports += 1
         if self.export_error is not None:
             raise self.export_error
-        for episode in sorted(scope):
-            if episode in self.states:
-                yield episode, self.states[episode]
+        return super().export(scope)
 
     def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
         keys = sorted(e.capture_key for e in exported)
         if self.kind == "agent":
             return {"run_episode_ids": keys}
         if self.kind == "model":
-            by_episode = {e.capture_key: [f"{e.capture_key}/stage"] for e in exported}
+            by_episode = {e.capture_key: self._staging(e) for e in exported}
             return {
-                "staging_keys": sorted(k for ks in by_episode.values() for k in ks),
+                "staging_keys": sorted({k for ks in by_episode.values() for k in ks}),
                 "staging_keys_by_episode": by_episode,
             }
         return {}
 
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
-        if type(state.get("turn")) is not int:
-            raise ValueError(f"{episode.capture_key}: state without an integer turn")
-        return dict(state)
+    def _staging(self, episode: EnvironmentEpisode) -> list[str]:
+        if self.staging_from_state:
+            return sorted(self.states[episode].get("staging", []))
+        return [f"{episode.capture_key}/stage"]
 
     def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        for episode, state in restored:
-            assert isinstance(state, dict)
-            self.states[episode] = state
+        super().install(restored)
+        self.installed.extend(episode for episode, _ in restored)
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         self.retired.append(episodes)
@@ -110,10 +126,7 @@ class JsonStateHooks:
             callback(episodes)
         if self.fail_retire:
             raise RuntimeError("the turn would not stop")
-        for retired in episodes:
-            for episode in list(self.states):
-                if episode.rollout_id == retired.rollout_id and episode.attempt <= retired.attempt:
-                    del self.states[episode]
+        await super().retire(episodes)
 
     def forget(self, rollout_ids: Iterable[str]) -> None:
         self.forgotten.extend(rollout_ids)

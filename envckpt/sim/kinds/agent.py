@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from envckpt.clock import Clock
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import SessionHooks
 from envckpt.protocol import Phase
 from envckpt.sim.kinds.common import (
     check_fields,
@@ -38,7 +39,6 @@ from envckpt.sim.kinds.common import (
     parse_task,
     require_int,
     require_keys,
-    retired_by,
 )
 
 DEFAULT_PARK_POLL_SECONDS = 0.005
@@ -174,7 +174,7 @@ def parse_session(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> Agen
     return session
 
 
-class AgentServer:
+class AgentServer(SessionHooks[AgentSession]):
     """An agent server: the ``run`` handler, and its state hooks."""
 
     def __init__(
@@ -190,7 +190,7 @@ class AgentServer:
         self._model = model
         self._tools = tools
         self.park_poll_seconds = park_poll_seconds
-        self._sessions: dict[EnvironmentEpisode, AgentSession] = {}
+        super().__init__()
         self._runs: dict[EnvironmentEpisode, asyncio.Task[dict[str, Any]]] = {}
         self._parked: set[EnvironmentEpisode] = set()
         self.parks = 0  # how often a step was refused and its run parked
@@ -208,7 +208,7 @@ class AgentServer:
             task = parse_task(body["task"])
         except ValueError as error:
             raise invalid(f"task: {error}") from None
-        session = self._sessions.get(episode)
+        session = self.states.get(episode)
         if session is not None and session.task != task:
             raise invalid(f"{episode.capture_key} holds a session of another task")
         if episode in self._runs:
@@ -252,9 +252,9 @@ class AgentServer:
         """One turn, or the closing step; the result once the episode is finished."""
         wire = episode.to_wire()
         async with self.core.admit(episode):
-            session = self._sessions.get(episode)
+            session = self.states.get(episode)
             if session is None:
-                session = self._sessions[episode] = AgentSession.start(task)
+                session = self.states[episode] = AgentSession.start(task)
             if session.done:
                 return await self._finish(episode, session, start_turn)
             turn, observation = len(session.turns), session.next_observation()
@@ -282,7 +282,7 @@ class AgentServer:
     ) -> dict[str, Any]:
         released = await self._model.finish({"episode": episode.to_wire()})
         await self._tools.finish({"episode": episode.to_wire()})
-        del self._sessions[episode]
+        del self.states[episode]
         return {
             "episode": episode.to_wire(),
             "capture_key": episode.capture_key,
@@ -324,7 +324,7 @@ class AgentServer:
 
     def sessions(self) -> dict[str, dict[str, Any]]:
         """Capture key -> ``{task, turns, transcript}`` of every held session."""
-        return {episode.capture_key: s.to_state() for episode, s in self._sessions.items()}
+        return {episode.capture_key: s.to_state() for episode, s in self.states.items()}
 
     def running(self) -> frozenset[EnvironmentEpisode]:
         return frozenset(self._runs)
@@ -333,35 +333,20 @@ class AgentServer:
         return frozenset(self._parked)
 
     # ----------------------------------------------------------- state hooks
+    # Closing admission needs nothing here: running steps finish at their
+    # boundary (admit tracks them) and new steps park themselves.
 
-    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(self._sessions)
+    state_type = AgentSession
 
-    async def close_admission(self) -> None:
-        # Nothing to cut: running steps finish at their boundary (admit
-        # tracks them) and new steps park themselves.
-        return None
+    def save_state(self, state: AgentSession) -> dict[str, Any]:
+        return state.to_state()
 
-    async def open_admission(self) -> None:
-        return None
-
-    def export(
-        self, scope: frozenset[EnvironmentEpisode]
-    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
-        for episode in sorted(scope & self._sessions.keys()):
-            yield episode, self._sessions[episode].to_state()
+    def load_state(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> AgentSession:
+        return parse_session(episode, state)
 
     def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
         # Sessions only ever start in this agent's own run.
         return {"run_episode_ids": capture_keys(exported)}
-
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> AgentSession:
-        return parse_session(episode, state)
-
-    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        sessions = [(episode, _as_session(state)) for episode, state in restored]
-        for episode, session in sessions:
-            self._sessions[episode] = session
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         doomed = [task for e, task in self._runs.items() if retired_by(e, episodes)]
@@ -370,14 +355,7 @@ class AgentServer:
         if doomed:
             # Cancellation lands at the run's next await, so this is quick.
             await asyncio.wait(doomed)
-        for held in [e for e in self._sessions if retired_by(e, episodes)]:
-            del self._sessions[held]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None
+        await super().retire(episodes)
 
 
 def _reply_text(reply: Mapping[str, Any], name: str) -> str:
@@ -392,9 +370,3 @@ def _reply_value(reply: Mapping[str, Any]) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ParticipantError("checkpoint_error", "tool reply lacks an integer 'value'")
     return value
-
-
-def _as_session(state: object) -> AgentSession:
-    if not isinstance(state, AgentSession):
-        raise TypeError(f"expected a validated AgentSession, got {type(state).__name__}")
-    return state

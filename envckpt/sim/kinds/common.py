@@ -106,8 +106,3 @@ def require_keys(value: object, keys: Iterable[str], what: str) -> Mapping[str, 
         got = sorted(value) if isinstance(value, Mapping) else type(value).__name__
         raise ValueError(f"{what} must have exactly the keys {sorted(expected)}, got {got}")
     return value
-
-
-def retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
-    """Retiring an attempt also retires every earlier attempt of the rollout."""
-    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,12 +35,12 @@ from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import SessionHooks
 from envckpt.sim.kinds.common import (
     STAGING_KEY,
     check_fields,
     episode_of,
     require_keys,
-    retired_by,
     staging_key,
     text_of,
     turn_of,
@@ -89,7 +89,7 @@ def parse_staging_state(episode: EnvironmentEpisode, state: Mapping[str, Any]) -
     return StagingState(tuple(keys))
 
 
-class PolicyModelServer:
+class PolicyModelServer(SessionHooks[list[str]]):
     """A policy model server: ``generate`` and ``finish`` handlers, and its state hooks."""
 
     def __init__(
@@ -105,7 +105,8 @@ class PolicyModelServer:
         self.seed = seed
         self.latency = latency
         self.staging_sink = staging_sink
-        self._ledger: dict[EnvironmentEpisode, list[str]] = {}
+        # The staging ledger: each episode's staging keys, in generation order.
+        super().__init__()
         # How often a checkpoint cut generations, and how many were running then.
         self.admission_closes = 0
         self.in_flight_at_close = 0
@@ -130,7 +131,7 @@ class PolicyModelServer:
             text = policy_action(self.seed, episode.rollout_id, turn, observation)
             if self.staging_sink is not None:
                 await self._stage(self.staging_sink, episode, key, staging_payload(turn, text))
-            rows = self._ledger.setdefault(episode, [])
+            rows = self.states.setdefault(episode, [])
             if key not in rows:  # a discarded turn re-run by the same attempt rewrites its row
                 rows.append(key)
             return {"text": text, "staging_key": key}
@@ -161,17 +162,24 @@ class PolicyModelServer:
         episode = episode_of(check_fields(request, required=("episode",)))
         if not self.core.fence.is_current(episode):
             raise ParticipantError("stale_attempt", f"{episode.capture_key} is not current")
-        rows = self._ledger.pop(episode, [])
+        rows = self.states.pop(episode, [])
         return {"released": episode.capture_key, "staging_keys": rows}
 
     def staging_ledger(self) -> dict[str, tuple[str, ...]]:
         """Capture key -> staging keys in generation order (inspection)."""
-        return {episode.capture_key: tuple(rows) for episode, rows in self._ledger.items()}
+        return {episode.capture_key: tuple(rows) for episode, rows in self.states.items()}
 
     # ----------------------------------------------------------- state hooks
+    # The rows live in the trainer's data plane, so releasing exported state
+    # frees nothing here.
 
-    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(self._ledger)
+    state_type = list
+
+    def save_state(self, state: list[str]) -> dict[str, Any]:
+        return {"staging_keys": list(state)}
+
+    def load_state(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> list[str]:
+        return list(parse_staging_state(episode, state).staging_keys)
 
     async def close_admission(self) -> None:
         # A real server would abort in-flight decodes here; the scripted one
@@ -179,41 +187,7 @@ class PolicyModelServer:
         self.admission_closes += 1
         self.in_flight_at_close = len(self.core.fence.in_flight())
 
-    async def open_admission(self) -> None:
-        return None
-
-    def export(
-        self, scope: frozenset[EnvironmentEpisode]
-    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
-        for episode in sorted(scope & self._ledger.keys()):
-            yield episode, {"staging_keys": list(self._ledger[episode])}
-
     def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        by_episode = {e.capture_key: sorted(self._ledger.get(e, ())) for e in exported}
+        by_episode = {e.capture_key: sorted(self.states.get(e, ())) for e in exported}
         keys = sorted({key for rows in by_episode.values() for key in rows})
         return {"staging_keys": keys, "staging_keys_by_episode": by_episode}
-
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> StagingState:
-        return parse_staging_state(episode, state)
-
-    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        states = [(episode, _as_staging(state)) for episode, state in restored]
-        for episode, state in states:
-            self._ledger[episode] = list(state.staging_keys)
-
-    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        for held in [e for e in self._ledger if retired_by(e, episodes)]:
-            del self._ledger[held]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        # The rows live in the trainer's data plane, not here: nothing to free.
-        return None
-
-
-def _as_staging(state: object) -> StagingState:
-    if not isinstance(state, StagingState):
-        raise TypeError(f"expected a validated StagingState, got {type(state).__name__}")
-    return state

@@ -26,7 +26,7 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,14 @@ from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
-from envckpt.protocol import MODES
+from envckpt.participant.hooks import SessionHooks
+from envckpt.protocol import MODES, Mode
 from envckpt.sim.kinds.common import (
     check_fields,
     checked_turn,
     episode_of,
     require_int,
     require_keys,
-    retired_by,
     text_of,
     turn_of,
 )
@@ -113,7 +113,7 @@ def parse_tool_state(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> T
     return session
 
 
-class ToolServer:
+class ToolServer(SessionHooks[ToolSession]):
     """A resources server: ``call`` and ``finish`` handlers, and its state hooks."""
 
     def __init__(
@@ -137,7 +137,7 @@ class ToolServer:
         # outlives crashes can tell which process's application a result kept.
         self.process_id = uuid.uuid4().hex[:12]
         self.audit_path = None if audit_path is None else Path(audit_path)
-        self._sessions: dict[EnvironmentEpisode, ToolSession] = {}
+        super().__init__()
         self.core = ParticipantCore(
             server_name=server_name,
             kind="resources",
@@ -171,7 +171,7 @@ class ToolServer:
 
     def _apply(self, episode: EnvironmentEpisode, effect: Effect, application: str) -> bool:
         if self.mode != "stateless":
-            session = self._sessions.setdefault(episode, ToolSession())
+            session = self.states.setdefault(episode, ToolSession())
             if session.has(effect.key):
                 return False  # already applied, by this attempt or a saved earlier one
             session.apply(effect)
@@ -196,7 +196,7 @@ class ToolServer:
         episode = episode_of(check_fields(request, required=("episode",)))
         if not self.core.fence.is_current(episode):
             raise ParticipantError("stale_attempt", f"{episode.capture_key} is not current")
-        session = self._sessions.pop(episode, None)
+        session = self.states.pop(episode, None)
         return {
             "released": episode.capture_key,
             "counter": None if session is None else session.counter,
@@ -204,52 +204,25 @@ class ToolServer:
 
     def sessions(self) -> dict[str, dict[str, Any]]:
         """Capture key -> ``{counter, effects}`` of every held session (inspection)."""
-        return {episode.capture_key: s.to_state() for episode, s in self._sessions.items()}
+        return {episode.capture_key: s.to_state() for episode, s in self.states.items()}
 
     # ----------------------------------------------------------- state hooks
+    # restart_only and stateless tools save nothing, so they export nothing
+    # and have nothing to restore.
 
-    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(self._sessions)
+    state_type = ToolSession
 
-    async def close_admission(self) -> None:
-        return None
+    def save_state(self, state: ToolSession) -> dict[str, Any]:
+        return state.to_state()
 
-    async def open_admission(self) -> None:
-        return None
+    def load_state(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> ToolSession:
+        if self.mode != Mode.EXPORT_RESTORE:
+            raise ValueError(f"a {self.mode} tool saves no state, so it has none to restore")
+        return parse_tool_state(episode, state)
 
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
-        if self.mode != "export_restore":
-            return  # restart_only and stateless save nothing
-        for episode in sorted(scope & self._sessions.keys()):
-            yield episode, self._sessions[episode].to_state()
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        return {}
-
-    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> ToolSession:
-        if self.mode != "export_restore":
-            raise ValueError(f"a {self.mode} tool saves no state, so it has none to restore")
-        return parse_tool_state(episode, state)
-
-    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
-        sessions = [(episode, _as_session(state)) for episode, state in restored]
-        for episode, session in sessions:
-            self._sessions[episode] = session
-
-    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        for held in [e for e in self._sessions if retired_by(e, episodes)]:
-            del self._sessions[held]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None
-
-
-def _as_session(state: object) -> ToolSession:
-    if not isinstance(state, ToolSession):
-        raise TypeError(f"expected a validated ToolSession, got {type(state).__name__}")
-    return state
+        if self.mode != Mode.EXPORT_RESTORE:
+            return iter(())
+        return super().export(scope)

@@ -11,7 +11,7 @@ import pytest
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
-from envckpt.sim.kinds.model import PolicyModelServer, StagingState, policy_action
+from envckpt.sim.kinds.model import PolicyModelServer, policy_action
 
 Ep = EnvironmentEpisode
 
@@ -171,7 +171,7 @@ def test_validate_rejects_corrupt_or_foreign_state(state: dict[str, Any]) -> Non
 def test_validate_accepts_rows_of_this_and_earlier_attempts() -> None:
     """Rows carried over from an earlier attempt are legal in a later one's state."""
     state = PolicyModelServer().validate(Ep("r", 1), {"staging_keys": ["r/t0", "r-a1/t1"]})
-    assert state == StagingState(("r/t0", "r-a1/t1"))
+    assert state == ["r/t0", "r-a1/t1"]
 
 
 async def test_retire_frees_rows_of_that_attempt_and_earlier_ones() -> None:
