@@ -37,6 +37,7 @@ from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.http.serve import serve
+from envckpt.machines.tables import LedgerStatus
 from envckpt.sim.data_routes import rows_router
 from envckpt.sim.http_gym import HttpGym
 from envckpt.trainer.barrier import DataPlaneBarrier
@@ -247,7 +248,7 @@ async def _train(
                 exported=result.exported_episodes,
                 restarted=result.restarted_rollouts,
             )
-        elif event in ("sealed", "dispatched", "snapshot_failed"):
+        elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED, "snapshot_failed"):
             events.emit(event, **fields)
 
     started = await start_trainer(

@@ -74,6 +74,8 @@ from envckpt.trainer.ledger_entry import (
     RestartPlan,
     RestoreMismatch,
     StagingRowSource,
+    parse_dropped_attempt,
+    restore_mismatches,
 )
 
 KIND = "envckpt.ledger"
@@ -287,26 +289,8 @@ class RecoveryLedger:
         before anything changes.
         """
         cut.require_live()
-        problems: list[str] = []
-        seen: set[str] = set()
-        for instance_id, rollout_id, attempt in sorted(restored.continued_attempts):
-            entry = self._entries.get(rollout_id)
-            if rollout_id in seen:
-                problems.append(f"{rollout_id}: restored more than once")
-            elif entry is None:
-                problems.append(f"{rollout_id}: unknown to the ledger")
-            elif entry.attempt != attempt:
-                problems.append(
-                    f"{rollout_id}: restored attempt {attempt}, ledger holds {entry.attempt}"
-                )
-            elif entry.instance_id != instance_id:
-                problems.append(
-                    f"{rollout_id}: restored on {instance_id}, ledger places it on "
-                    f"{entry.instance_id}"
-                )
-            elif not entry.on_instance:
-                problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
-            seen.add(rollout_id)
+        problems = restore_mismatches(self._entries, restored.continued_attempts)
+        seen = {rollout_id for _, rollout_id, _ in restored.continued_attempts}
         if problems:
             raise RestoreMismatch(
                 f"restored rollouts do not match the ledger: {problems[:10]}",
@@ -376,16 +360,7 @@ class RecoveryLedger:
                     raise ValueError(f"rollout {entry.rollout_id!r} appears twice")
                 ledger._put(entry)
             for raw in _as_list(body["dropped"], "dropped"):
-                if not isinstance(raw, dict) or set(raw) != {
-                    "instance_id",
-                    "rollout_id",
-                    "attempt",
-                }:
-                    raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
-                instance = raw["instance_id"]
-                if not isinstance(instance, str) or not instance:
-                    raise ValueError("dropped instance_id must be a non-empty string")
-                episode = EnvironmentEpisode(raw["rollout_id"], raw["attempt"])
+                instance, episode = parse_dropped_attempt(raw)
                 ledger._dropped.setdefault(instance, set()).add(episode)
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"invalid ledger content: {exc}", path=path) from exc

@@ -6,7 +6,7 @@ moves only along the rows of ``ROLLOUT_LEDGER`` (``envckpt.machines.tables``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -143,3 +143,43 @@ class RestartPlan:
     abandoned: tuple[LedgerEntry, ...]
     keep_staging_keys: frozenset[str]
     clear_staging_keys: frozenset[str]
+
+
+def parse_dropped_attempt(raw: object) -> tuple[str, EnvironmentEpisode]:
+    """One saved ``{instance_id, rollout_id, attempt}``; ValueError if malformed."""
+    if not isinstance(raw, dict) or set(raw) != {"instance_id", "rollout_id", "attempt"}:
+        raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
+    instance = raw["instance_id"]
+    if not isinstance(instance, str) or not instance:
+        raise ValueError("dropped instance_id must be a non-empty string")
+    return instance, EnvironmentEpisode(raw["rollout_id"], raw["attempt"])
+
+
+def restore_mismatches(
+    entries: Mapping[str, LedgerEntry], continued: Iterable[tuple[str, str, int]]
+) -> list[str]:
+    """Why restored ``(instance_id, rollout_id, attempt)`` triples do not fit the ledger.
+
+    Each must name its rollout's current attempt, once, on the instance the
+    ledger places it on, held by that instance.
+    """
+    problems: list[str] = []
+    seen: set[str] = set()
+    for instance_id, rollout_id, attempt in sorted(continued):
+        entry = entries.get(rollout_id)
+        if rollout_id in seen:
+            problems.append(f"{rollout_id}: restored more than once")
+        elif entry is None:
+            problems.append(f"{rollout_id}: unknown to the ledger")
+        elif entry.attempt != attempt:
+            problems.append(
+                f"{rollout_id}: restored attempt {attempt}, ledger holds {entry.attempt}"
+            )
+        elif entry.instance_id != instance_id:
+            problems.append(
+                f"{rollout_id}: restored on {instance_id}, ledger places it on {entry.instance_id}"
+            )
+        elif not entry.on_instance:
+            problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
+        seen.add(rollout_id)
+    return problems
