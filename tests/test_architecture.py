@@ -23,7 +23,7 @@ MAX_MODULE_LINES = 450
 # Bottom to top, as docs/engine.md "Layers" draws it. A module may import
 # from its own layer and the layers below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("ids", "episodes", "clock", "fsutil", "crashpoints")),
+    ("values", ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs")),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),
     ("interfaces", ("interfaces", "inventory")),
@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deployments", ("sim", "nemo_gym")),
     (
         "applications",
-        ("demo", "cli", "__main__", "__init__", "statecharts", "logs", "config", "snapshots"),
+        ("demo", "cli", "__main__", "__init__", "statecharts", "config", "snapshots"),
     ),
 )
 PRODUCT_MAY_NOT_IMPORT = ("sim", "demo")

@@ -1,0 +1,147 @@
+"""envckpt's structured events, silent inside a host program until the host asks.
+
+The library never configures output. Every module logs through
+``get_logger(name)``, which resolves at each call:
+
+* structlog configured (by the host, by ``configure`` below, or by a test's
+  ``structlog.testing.capture_logs``): the event goes through structlog's
+  configuration, fields and all;
+* structlog not configured: the event goes to the stdlib logger ``name``
+  (under ``envckpt``, which has a ``NullHandler``), rendered as
+  ``event key=value ...`` with the fields also in ``record.envckpt``. Nothing
+  is printed unless the host configures stdlib logging, and a level the host
+  filters out costs one ``isEnabledFor`` check.
+
+``configure`` is the one-line recipe for a program that wants envckpt's
+events (the demo and the servers it starts use it)::
+
+    from envckpt import logs
+    logs.configure(json=True, level="INFO", path="run/events.jsonl")
+    log = logs.get_logger("envckpt.facade").bind(checkpoint_id=cid)
+    log.info("transition", machine="instance_lifecycle", ...)
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+ROOT = "envckpt"
+# The library's stdlib loggers stay silent unless the host adds handlers.
+logging.getLogger(ROOT).addHandler(logging.NullHandler())
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+class EnvckptLogger:
+    """A logger that decides at each call whether structlog or stdlib carries it."""
+
+    __slots__ = ("_context", "_name", "_stdlib")
+
+    def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
+        self._name = name
+        self._context = context or {}
+        self._stdlib = logging.getLogger(name)
+
+    def bind(self, **fields: Any) -> EnvckptLogger:
+        """A logger whose every event carries ``fields`` too."""
+        return EnvckptLogger(self._name, {**self._context, **fields})
+
+    def is_enabled_for(self, level: str) -> bool:
+        """Whether an event at ``level`` would go anywhere (skip building costly fields)."""
+        if structlog.is_configured():
+            return True  # the host's filtering decides; structlog filters cheaply
+        return self._stdlib.isEnabledFor(_LEVELS[level])
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit("debug", event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit("info", event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit("warning", event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, {**fields, "exc_info": True})
+
+    def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
+        if structlog.is_configured():
+            logger = structlog.get_logger(self._name)
+            getattr(logger, level)(event, **self._context, **fields)
+            return
+        numeric = _LEVELS[level]
+        if not self._stdlib.isEnabledFor(numeric):
+            return
+        exc_info = fields.pop("exc_info", False)
+        merged = {**self._context, **fields}
+        text = " ".join([event, *(f"{key}={value!r}" for key, value in merged.items())])
+        self._stdlib.log(
+            numeric, text, exc_info=exc_info, extra={"envckpt": {"event": event, **merged}}
+        )
+
+
+def get_logger(name: str = ROOT) -> EnvckptLogger:
+    """The logger for ``name`` (a dotted name under ``envckpt``)."""
+    return EnvckptLogger(name)
+
+
+def configure(
+    *,
+    json: bool = False,
+    level: str = "info",
+    path: str | Path | None = None,
+    stream: TextIO | None = None,
+) -> None:
+    """Print envckpt's events: JSON lines or console text, at ``level`` and above.
+
+    ``path`` appends to a file (one JSON object per line with ``json=True``);
+    otherwise ``stream`` (default stderr). For programs, never for libraries:
+    it configures structlog for the whole process.
+    """
+    if level.lower() not in _LEVELS:
+        raise ValueError(f"unknown level {level!r}; one of {sorted(_LEVELS)}")
+    renderer: Any = (
+        structlog.processors.JSONRenderer(default=str)
+        if json
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    output: TextIO = (
+        Path(path).open("a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        if path is not None
+        else (stream or sys.stderr)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _unix_time,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
+        logger_factory=structlog.WriteLoggerFactory(file=output),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _unix_time(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    # Charts overlay and order events from several processes by this field.
+    event.setdefault("ts", time.time())
+    return event
