@@ -1,7 +1,18 @@
 """envckpt: turn-level checkpoint and restore of RL environment rollout state.
 
-The public names a trainer needs; see ``docs/`` for how they fit together.
+The public names a trainer, a Gym server host and an operator need; see
+``docs/`` for how they fit together. Names that need an optional extra
+(``HttpTransport`` and ``mount_participant`` need ``envckpt[http]``,
+``RayInstance`` needs ``envckpt[ray]`` to be used) are imported when first
+used, so ``import envckpt`` works on a core-only install, and a missing extra
+is a ``MissingExtra`` error that names it.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from envckpt.clock import Clock, FakeClock, SystemClock
 from envckpt.coordination.coordinator import Coordinator
@@ -20,8 +31,10 @@ from envckpt.errors import (
     SnapshotNotReady,
     UnsupportedDeployment,
 )
+from envckpt.extras import MissingExtra
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import InstanceClient, LocalInstance
+from envckpt.facade.ray_instance import InstanceActor, RayInstance
 from envckpt.facade.snapshot import GymEnvironmentSnapshot
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
@@ -38,6 +51,42 @@ from envckpt.interfaces import (
     RestoredEnvironmentRollouts,
 )
 from envckpt.inventory import InMemoryInventory, RolloutInventory, SnapshotContents
+from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
+from envckpt.protocol import ErrorCode, Kind, Mode, Phase
+from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.dataplane import SqliteDataPlane
+from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.restorer import Restorer, RestoreReport
+from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
+
+if TYPE_CHECKING:
+    from envckpt.http.client import HttpTransport
+    from envckpt.http.routes import mount_participant
+
+try:
+    __version__ = version("envckpt")
+except PackageNotFoundError:  # a checkout on sys.path without installed metadata
+    __version__ = "0+unknown"
+
+# Public names that import an optional extra: name -> (module, extra).
+_LAZY = {
+    "HttpTransport": ("envckpt.http.client", "http"),
+    "mount_participant": ("envckpt.http.routes", "http"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'envckpt' has no attribute {name!r}")
+    module, extra = _LAZY[name]
+    try:
+        value = getattr(import_module(module), name)
+    except ModuleNotFoundError as error:
+        raise MissingExtra(error.name or module, extra) from error
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CheckpointTimeouts",
@@ -45,11 +94,13 @@ __all__ = [
     "CoordinationError",
     "Coordinator",
     "CorruptCheckpoint",
+    "DataPlaneBarrier",
     "DeadlineExceeded",
     "EnvckptError",
     "EnvironmentCheckpoint",
     "EnvironmentEpisode",
     "EnvironmentSnapshot",
+    "ErrorCode",
     "FakeClock",
     "GymCheckpointAdapter",
     "GymCheckpointCommitSummary",
@@ -60,22 +111,41 @@ __all__ = [
     "GymCoordination",
     "GymEnvironmentCheckpoint",
     "GymEnvironmentSnapshot",
+    "HttpTransport",
     "IllegalTransition",
     "InMemoryInventory",
     "IncompatibleCheckpoint",
+    "InstanceActor",
     "InstanceClient",
+    "Kind",
     "LocalInstance",
     "Member",
+    "MissingExtra",
+    "Mode",
     "MutationCut",
     "NoEnvironmentCheckpoint",
+    "NoState",
+    "ParticipantCore",
     "ParticipantError",
     "Participants",
+    "Phase",
     "PrepareResult",
     "ProtocolViolation",
+    "RayInstance",
+    "RecoveryLedger",
+    "RestoreReport",
     "RestoredEnvironmentRollouts",
+    "Restorer",
     "RolloutInventory",
+    "RolloutSnapshotter",
+    "SessionHooks",
     "SnapshotContents",
     "SnapshotNotReady",
+    "SnapshotResult",
+    "SqliteDataPlane",
+    "StateHooks",
     "SystemClock",
     "UnsupportedDeployment",
+    "__version__",
+    "mount_participant",
 ]
