@@ -92,7 +92,7 @@ def test_a_wrong_digest_type_is_refused() -> None:
 
 def test_a_foreign_kind_with_a_correct_digest_is_refused() -> None:
     """A whole document of another kind is refused by kind, not accepted by its digest."""
-    with pytest.raises(CorruptCheckpoint, match="foreign file kind 'envckpt.ledger'"):
+    with pytest.raises(CorruptCheckpoint, match=r"foreign file kind 'envckpt\.ledger'"):
         read(forged(envelope(kind="envckpt.ledger")))
 
 
@@ -142,9 +142,7 @@ def test_every_truncation_is_refused() -> None:
             read(data[:length])
 
 
-@pytest.mark.parametrize(
-    "data", [b"", b"\xff\xfe{}", b"[1, 2]", b'"text"', b"null"], ids=repr
-)
+@pytest.mark.parametrize("data", [b"", b"\xff\xfe{}", b"[1, 2]", b'"text"', b"null"], ids=repr)
 def test_non_objects_are_refused(data: bytes) -> None:
     """Empty files, invalid UTF-8 and JSON that is not an object are refused."""
     with pytest.raises(CorruptCheckpoint):

@@ -44,7 +44,7 @@ def test_an_installed_handler_sees_every_point_until_removed() -> None:
 
 def test_kill_at_refuses_an_unknown_point() -> None:
     """A typo in a point name is refused up front, listing the known points."""
-    with pytest.raises(ValueError, match="snapshot.under_cut"):
+    with pytest.raises(ValueError, match=r"snapshot\.under_cut"):
         kill_at("snapshot.undercut")
 
 

@@ -41,12 +41,17 @@ class Halt(BaseException):
     ids=lambda e: type(e).__name__,
 )
 @pytest.mark.parametrize("position", ["first", "last"])
-def test_a_non_retryable_error_wins_over_unavailability(
-    severe: Exception, position: str
-) -> None:
+def test_a_non_retryable_error_wins_over_unavailability(severe: Exception, position: str) -> None:
     """Any error that is not unavailability is the result, wherever its instance sorts."""
-    errors: dict[str, BaseException] = {"a/replica-0": unavailable("a"), "c/replica-0": unavailable("c")}
-    errors = {"b/replica-0": severe, **errors} if position == "first" else {**errors, "b/replica-0": severe}
+    errors: dict[str, BaseException] = {
+        "a/replica-0": unavailable("a"),
+        "c/replica-0": unavailable("c"),
+    }
+    errors = (
+        {"b/replica-0": severe, **errors}
+        if position == "first"
+        else {**errors, "b/replica-0": severe}
+    )
     assert aggregate("commit", errors) is severe
 
 

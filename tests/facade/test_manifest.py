@@ -24,7 +24,7 @@ from envckpt.facade.manifest import (
 )
 from envckpt.gym.summaries import GymCheckpointCommitSummary
 
-from helpers.facade_world import A, B, E1, E2, E3, FacadeWorld, take_snapshot
+from helpers.facade_world import E1, E2, E3, A, B, FacadeWorld, take_snapshot
 
 MANIFEST = GymSnapshotManifest(
     checkpoint_id="ck-1",

@@ -13,7 +13,7 @@ from envckpt.facade.restore import abandon_everywhere, check_restorable, restore
 from envckpt.gym.instance import GymCheckpointInstance
 
 from helpers.dict_deployment import Deployment
-from helpers.facade_world import A, B, E1, E2, FacadeWorld, take_snapshot
+from helpers.facade_world import E1, E2, A, B, FacadeWorld, take_snapshot
 
 FAR = 1e12
 RESTORE_ID = "restore-1"
@@ -121,7 +121,9 @@ async def test_restore_everywhere_restores_every_instance(tmp_path: Path) -> Non
     """No errors: every participant holds the saved rollouts as their next attempts."""
     after = await saved(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
-    errors = await restore_everywhere(after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR)
+    errors = await restore_everywhere(
+        after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR
+    )
     assert errors == {}
     assert set(after.deployments[A].hooks["agent"].state) == {E1.next_attempt()}
     assert set(after.deployments[B].hooks["tools"].state) == {E2.next_attempt()}
@@ -133,7 +135,9 @@ async def test_restore_everywhere_returns_each_failure_by_instance(tmp_path: Pat
     after = await saved(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     after.deployments[B].faults.add("error", server="tools", route="restore")
-    errors = await restore_everywhere(after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR)
+    errors = await restore_everywhere(
+        after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR
+    )
     assert set(errors) == {B.instance_id}
     assert await after.instances[A.instance_id].state() == "restored"
     assert await after.instances[B.instance_id].state() == "restore_failed"

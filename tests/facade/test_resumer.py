@@ -10,7 +10,7 @@ from envckpt.errors import GymCheckpointUnavailable
 from envckpt.facade.resumer import Resumer
 from envckpt.facade.timeouts import CheckpointTimeouts
 
-from helpers.facade_world import A, B, E1, E2, FacadeWorld, LiveCut, take_snapshot
+from helpers.facade_world import E1, E2, A, B, FacadeWorld, LiveCut, take_snapshot
 
 FAR = 1e12
 
@@ -141,9 +141,7 @@ async def test_the_next_snapshot_resumes_the_leftover_first(tmp_path: Path) -> N
     await world.start(A, E1)
     await world.start(B, E2)
     attempts = world.timeouts.resume_attempts
-    world.deployments[B].faults.add(
-        "unreachable", server="agent", route="resume", times=attempts
-    )
+    world.deployments[B].faults.add("unreachable", server="agent", route="resume", times=attempts)
     with pytest.raises(GymCheckpointUnavailable):
         async with world.facade.snapshot(tmp_path / "one") as snap:
             assert snap is not None

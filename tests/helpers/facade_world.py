@@ -70,7 +70,9 @@ class FacadeWorld:
         self.inventory = inventory if inventory is not None else InMemoryInventory()
         self.timeouts = timeouts
         self.instances = {
-            i.instance_id: LocalInstance(GymCheckpointAdapter(instance=i, coordination=d.coordinator))
+            i.instance_id: LocalInstance(
+                GymCheckpointAdapter(instance=i, coordination=d.coordinator)
+            )
             for i, d in self.deployments.items()
         }
         self.fan_out = FanOut(self.instances)
