@@ -85,12 +85,17 @@ async def uncancellable(work: Coroutine[Any, Any, None]) -> None:
 
     Resuming must not stop half-way: instances left committed would refuse
     every later snapshot while the trainer already dispatches again. On
-    cancellation the work still finishes first, then the cancellation goes on.
+    cancellation the work still finishes first, then the cancellation goes on;
+    further cancellations meanwhile do not stop it either.
     """
     task = asyncio.ensure_future(work)
     try:
         await asyncio.shield(task)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await task
+        # asyncio.wait never cancels the task it waits on.
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller gets the cancellation
         raise

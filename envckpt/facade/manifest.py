@@ -131,14 +131,21 @@ def _parse(body: Mapping[str, Any]) -> GymSnapshotManifest:
         if set(record) != {"episodes", "staging_keys", "participants", "restarts"}:
             raise ValueError(f"instance {instance_id}: unexpected fields {sorted(record)}")
         instances[instance_id] = InstanceRecord(
-            episodes=tuple(EnvironmentEpisode.from_wire(e) for e in record["episodes"]),
+            episodes=_episodes(record["episodes"]),
             staging_keys=tuple(_strings(record["staging_keys"])),
             participants=tuple(_strings(record["participants"])),
-            restarts=tuple(EnvironmentEpisode.from_wire(e) for e in record["restarts"]),
+            restarts=_episodes(record["restarts"]),
         )
     return GymSnapshotManifest(
         checkpoint_id=validate_checkpoint_id(body["checkpoint_id"]), instances=instances
     )
+
+
+def _episodes(value: Any) -> tuple[EnvironmentEpisode, ...]:
+    # A JSON object would iterate as its keys: an empty one would pass as no episodes.
+    if not isinstance(value, list):
+        raise TypeError("expected a list of episodes")
+    return tuple(EnvironmentEpisode.from_wire(item) for item in value)
 
 
 def _strings(value: Any) -> list[str]:

@@ -1,0 +1,114 @@
+"""Tests for envckpt.http.serve: ASGI apps on real loopback ports, started and stopped cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from envckpt.http.serve import ServerExited, serve, serve_in_thread, serve_many
+
+
+def named_app(name: str) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/name")
+    async def which() -> dict[str, str]:
+        return {"name": name}
+
+    return app
+
+
+def failing_startup_app() -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        raise RuntimeError("the app cannot start")
+        yield  # pragma: no cover
+
+    return FastAPI(lifespan=lifespan)
+
+
+def refuses(url: str) -> bool:
+    """Whether nothing listens at ``url`` any more."""
+    try:
+        httpx.get(f"{url}/name", timeout=5)
+    except httpx.ConnectError:
+        return True
+    return False
+
+
+async def test_serve_answers_on_an_ephemeral_loopback_port_then_stops() -> None:
+    """The yielded URL is 127.0.0.1 with a kernel-chosen port; after exit it refuses."""
+    async with serve(named_app("a")) as url, httpx.AsyncClient() as client:
+        assert url.startswith("http://127.0.0.1:") and int(url.rsplit(":", 1)[1]) > 0
+        reply = await client.get(f"{url}/name")
+        assert reply.json() == {"name": "a"}
+    assert refuses(url)
+
+
+async def test_serve_many_gives_each_app_its_own_port_in_order() -> None:
+    """Each app gets its own URL, in the order given; all stop together."""
+    async with serve_many([named_app("a"), named_app("b"), named_app("c")]) as urls:
+        assert len(set(urls)) == 3
+        async with httpx.AsyncClient() as client:
+            names = [(await client.get(f"{url}/name")).json()["name"] for url in urls]
+        assert names == ["a", "b", "c"]
+    assert all(refuses(url) for url in urls)
+
+
+async def test_the_bodys_error_propagates_and_the_servers_stop() -> None:
+    """An error inside the context wins; the servers are stopped all the same."""
+    seen: list[str] = []
+    with pytest.raises(KeyError, match="body"):
+        async with serve_many([named_app("a"), named_app("b")]) as urls:
+            seen.extend(urls)
+            raise KeyError("body")
+    assert len(seen) == 2 and all(refuses(url) for url in seen)
+
+
+async def test_a_failed_startup_is_raised_and_the_others_are_stopped() -> None:
+    """An app whose startup fails raises ServerExited; the app that started is stopped."""
+    with pytest.raises(ServerExited, match="failed to start: uvicorn exited"):
+        async with serve_many([named_app("a"), failing_startup_app()]):
+            pytest.fail("the body must not run")
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "envckpt-uvicorn"]
+
+
+async def test_a_host_that_cannot_be_bound_is_refused() -> None:
+    """Binding an address this machine does not have fails with ServerExited, not SystemExit."""
+    with pytest.raises(ServerExited, match="failed to start"):
+        async with serve(named_app("a"), host="192.0.2.1", log_level="critical"):
+            pytest.fail("the body must not run")
+
+
+async def test_serving_leaves_signals_and_logging_alone() -> None:
+    """No signal handler is installed and the root logger keeps its handlers."""
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    handlers = list(logging.getLogger().handlers)
+    async with serve(named_app("a")):
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert logging.getLogger().handlers == handlers
+
+
+def test_serve_in_thread_serves_synchronous_callers() -> None:
+    """From code without an event loop, the app answers while the context is open."""
+    with serve_in_thread(named_app("threaded")) as url:
+        assert httpx.get(f"{url}/name", timeout=10).json() == {"name": "threaded"}
+    assert refuses(url)
+
+
+def test_serve_in_thread_reports_a_failed_startup() -> None:
+    """A startup failure in the thread arrives as a RuntimeError naming the cause."""
+    with (
+        pytest.raises(RuntimeError, match="servers failed to start") as info,
+        serve_in_thread(failing_startup_app()),
+    ):
+        pytest.fail("the body must not run")
+    assert isinstance(info.value.__cause__, ServerExited)
