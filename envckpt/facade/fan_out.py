@@ -72,12 +72,24 @@ class FanOut:
 
 
 async def stop(task: asyncio.Task[None] | None) -> None:
-    """Cancel a background task (the lease renewer) and wait until it has ended."""
+    """Cancel a background task (the lease renewer) and wait until it has ended.
+
+    The task's own cancellation and errors end here; a cancellation of the
+    caller that arrives while waiting goes on (a cancellation that arrived
+    before ``stop`` was called is the caller's business, not counted again).
+    """
     if task is None or task.done():
         return
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
+    current = asyncio.current_task()
+    before = 0 if current is None else current.cancelling()
+    try:
         await task
+    except asyncio.CancelledError:
+        if current is not None and current.cancelling() > before:
+            raise
+    except Exception:
+        return
 
 
 async def uncancellable(work: Coroutine[Any, Any, None]) -> None:

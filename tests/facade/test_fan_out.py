@@ -285,3 +285,26 @@ async def test_uncancellable_cancellation_wins_over_the_works_error() -> None:
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await caller
+
+
+async def test_stop_passes_on_a_cancellation_of_its_caller() -> None:
+    """A caller cancelled while stop waits is still cancelled; the task is stopped too."""
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await release.wait()  # takes a while to end
+            raise
+
+    background = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    caller = asyncio.create_task(stop(background))
+    await asyncio.sleep(0)
+    caller.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert background.cancelled()
