@@ -16,10 +16,10 @@ the server changes. Registered by class (``sessions.register_adapter``):
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from envckpt.nemo_gym.sessions import register_adapter
+from envckpt.nemo_gym.sessions import SessionCheckpoint, register_adapter
 
 RANKS = frozenset({"2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A"})
 # random.Random's Mersenne Twister state: 624 words plus the index.
@@ -151,7 +151,7 @@ class BlackjackSessions:
         self.server._cleanup_session(session_id)
 
 
-BUILTIN = {
+BUILTIN: dict[str, Callable[[Any], SessionCheckpoint]] = {
     "resources_servers.example_session_state_mgmt.app:StatefulCounterResourcesServer": (
         CounterSessions
     ),

@@ -55,7 +55,9 @@ def summarize(result: Mapping[str, Any]) -> dict[str, Any]:
         "reward": result.get("reward"),
         "final_text": final_text(response),
         "output_types": [
-            str(item.get("type")) for item in response.get("output") or () if isinstance(item, Mapping)
+            str(item.get("type"))
+            for item in response.get("output") or ()
+            if isinstance(item, Mapping)
         ],
         "staging_keys": list(result.get("staging_keys") or ()),
         "envckpt": result.get("envckpt"),

@@ -32,7 +32,12 @@ COUNTER_TOOLS = [
         "type": "function",
         "name": "get_counter_value",
         "description": "",
-        "parameters": {"type": "object", "properties": {}, "required": [], "additionalProperties": False},
+        "parameters": {
+            "type": "object",
+            "properties": {},
+            "required": [],
+            "additionalProperties": False,
+        },
         "strict": True,
     },
 ]
@@ -126,7 +131,9 @@ def counter_tasks(count: int) -> list[dict[str, Any]]:
 
 def multi_turn_task(words: list[str]) -> dict[str, Any]:
     return {
-        "responses_create_params": {"input": [{"role": "user", "content": f"Say the word: {words[0]}"}]},
+        "responses_create_params": {
+            "input": [{"role": "user", "content": f"Say the word: {words[0]}"}]
+        },
         "follow_ups": [f"Say the word: {word}" for word in words[1:]],
         "expected_answer": words[-1],
     }

@@ -71,7 +71,9 @@ class JobSpec:
     def rollout_tasks(self) -> list[RolloutTask]:
         by_shard = {d.shard: d.instance.instance_id for d in self.deployments}
         return [
-            RolloutTask(rollout_id=t["rollout_id"], instance_id=by_shard[t["shard"]], task=t["task"])
+            RolloutTask(
+                rollout_id=t["rollout_id"], instance_id=by_shard[t["shard"]], task=t["task"]
+            )
             for t in self.tasks
         ]
 

@@ -21,12 +21,8 @@ failure) kills the whole deployment at once.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.http.client import NEMO_GYM_SERVER_TYPES
+from envckpt.nemo_gym.processes import ServerProcess, start_server
 from envckpt.nemo_gym.readiness import read_ready_file
 from envckpt.nemo_gym.settings import (
     CONFIG_BLOCK,
@@ -53,6 +50,7 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str,
     """A nemo-gym config as a plain resolved dict: from a mapping, a YAML file or YAML text."""
     from omegaconf import OmegaConf
 
+    loaded: Any
     if isinstance(config, Mapping):
         loaded = OmegaConf.create(dict(config))
     elif isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config):
@@ -62,7 +60,7 @@ def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str,
     plain = OmegaConf.to_container(loaded, resolve=True)
     if not isinstance(plain, dict):
         raise ValueError("a nemo-gym config must be a mapping")
-    return plain
+    return {str(key): value for key, value in plain.items()}
 
 
 def free_port(host: str = HOST) -> int:
@@ -86,7 +84,9 @@ def _inner(config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return inner
 
 
-def resolve(config: Mapping[str, Any], *, host: str = HOST) -> dict[str, Any]:
+def resolve(
+    config: Mapping[str, Any] | str | os.PathLike[str], *, host: str = HOST
+) -> dict[str, Any]:
     """A copy of ``config`` with every server's host and port set, as ng_run would."""
     resolved = load_config(config)
     for name in server_names(resolved):
@@ -107,7 +107,7 @@ class Deployment:
     config: dict[str, Any]
     urls: dict[str, str]
     run_dir: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    processes: dict[str, ServerProcess] = field(default_factory=dict)
 
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self.processes.items()}
@@ -119,16 +119,13 @@ class Deployment:
         """SIGTERM every process, SIGKILL what is still running after ``grace`` s."""
         for process in self.processes.values():
             if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
+                process.terminate()
         give_up = time.monotonic() + grace
         for process in self.processes.values():
-            try:
-                process.wait(timeout=max(0.0, give_up - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if process.wait(timeout=max(0.0, give_up - time.monotonic())) is None:
                 process.kill()
                 process.wait()
-        return {name: process.returncode for name, process in self.processes.items()}
+        return {name: process.poll() for name, process in self.processes.items()}
 
 
 def _env(
@@ -157,15 +154,8 @@ def _env(
     return env
 
 
-def _start(command: list[str], env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as stream:
-        return subprocess.Popen(
-            command, env=dict(env), stdout=stream, stderr=subprocess.STDOUT, cwd=log.parent
-        )
-
-
 def _wait_ready(
-    pending: Mapping[str, Path], processes: Mapping[str, subprocess.Popen[bytes]], timeout: float
+    pending: Mapping[str, Path], processes: Mapping[str, ServerProcess], timeout: float
 ) -> dict[str, str]:
     urls: dict[str, str] = {}
     give_up = time.monotonic() + timeout
@@ -190,6 +180,7 @@ def launch(
     token_file: str | os.PathLike[str] | None = None,
     staging_token_file: str | os.PathLike[str] | None = None,
     startup_timeout: float = STARTUP_SECONDS,
+    preload: bool = True,
 ) -> Deployment:
     """Resolve ``config`` and start one process per server; see the module docstring."""
     from omegaconf import OmegaConf
@@ -197,7 +188,7 @@ def launch(
     directory = Path(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
     resolved = resolve(config)
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    processes: dict[str, ServerProcess] = {}
     deployment = Deployment(config=resolved, urls={}, run_dir=directory, processes=processes)
     try:
         block = envckpt_block(resolved)
@@ -206,11 +197,9 @@ def launch(
             port = free_port()
             ready = directory / f"{SCRIPTED_POLICY}.ready"
             ready.unlink(missing_ok=True)
-            processes[SCRIPTED_POLICY] = _start(
+            processes[SCRIPTED_POLICY] = start_server(
+                "envckpt.nemo_gym.scripted_policy",
                 [
-                    sys.executable,
-                    "-m",
-                    "envckpt.nemo_gym.scripted_policy",
                     "--port",
                     str(port),
                     "--ready-file",
@@ -218,8 +207,9 @@ def launch(
                     "--latency",
                     str(float(block.get("scripted_policy_latency") or 0.0)),
                 ],
-                os.environ,
-                directory / f"{SCRIPTED_POLICY}.log",
+                env=os.environ,
+                log=directory / f"{SCRIPTED_POLICY}.log",
+                preload=preload,
             )
             backend = _wait_ready({SCRIPTED_POLICY: ready}, processes, startup_timeout)
             for name in scripted:
@@ -238,8 +228,12 @@ def launch(
                 None if token_file is None else Path(token_file),
                 None if staging_token_file is None else Path(staging_token_file),
             )
-            processes[name] = _start(
-                [sys.executable, "-m", "envckpt.nemo_gym.serve"], env, directory / f"{name}.log"
+            processes[name] = start_server(
+                "envckpt.nemo_gym.serve",
+                [],
+                env=env,
+                log=directory / f"{name}.log",
+                preload=preload,
             )
         deployment.urls.update(_wait_ready(pending, processes, startup_timeout))
     except BaseException:

@@ -161,7 +161,7 @@ class ModelParticipant:
         """
         try:
             body = json.loads(await request.body())
-            capture_key = body["capture_key"] if isinstance(body, dict) else None
+            capture_key = body.get("capture_key") if isinstance(body, dict) else None
             if not isinstance(capture_key, str):
                 raise ParticipantError("invalid_request", 'send {"capture_key": <str>}')
             try:

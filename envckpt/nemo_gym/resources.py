@@ -248,8 +248,6 @@ class SessionGate:
             if exchange.started:
                 raise
             await envelope_response(error)(scope, receive, send)
-            return
-        exchange.finish()
 
 
 class _Exchange:
@@ -293,8 +291,11 @@ class _Exchange:
                     headers = list(message.get("headers") or [])
                     headers.append((APPLICATION_HEADER.encode(), application.encode()))
                     message = {**message, "headers": headers}
-            elif message.get("type") == "http.response.body" and self.route == STEP_ROUTE:
-                self.reply.extend(message.get("body", b"") or b"")
+            elif message.get("type") == "http.response.body":
+                if self.route == STEP_ROUTE:
+                    self.reply.extend(message.get("body", b"") or b"")
+                if not message.get("more_body", False):
+                    self._ended()  # before the last byte leaves: the caller sees it done
             await send(message)
 
         return wrapped
@@ -321,7 +322,7 @@ class _Exchange:
         )
         return application
 
-    def finish(self) -> None:
+    def _ended(self) -> None:
         if not 200 <= self.status < 300:
             return
         if self.route in END_ROUTES:

@@ -5,7 +5,7 @@ keyed by the session id of the signed session cookie. A server (or an adapter
 registered for it) exposes that state per session::
 
     class MyServer(SimpleResourcesServer):
-        checkpoint_mode = "export_restore"
+        checkpoint_mode: ClassVar[str] = "export_restore"   # ClassVar: not a pydantic field
         def export_session(self, session_id: str) -> dict | None: ...   # JSON, or None: holds nothing
         def restore_session(self, session_id: str, state: dict) -> None: ...
         def validate_session(self, state: dict) -> None: ...          # optional; raise ValueError

@@ -95,7 +95,7 @@ def envckpt_block(global_config_dict: Any) -> dict[str, Any]:
 
             if OmegaConf.is_config(block):
                 plain = OmegaConf.to_container(block, resolve=True)
-                return dict(plain) if isinstance(plain, dict) else {}
+                return {str(k): v for k, v in plain.items()} if isinstance(plain, dict) else {}
         except ImportError:  # pragma: no cover - omegaconf ships with nemo-gym
             pass
         return dict(block.items())
