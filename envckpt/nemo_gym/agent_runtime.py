@@ -1,4 +1,4 @@
-"""The checkpointable agent ``/run``: explicit phases, each step admitted, state saved at boundaries.
+"""The checkpointable agent ``/run``: explicit phases, steps admitted, state saved at boundaries.
 
 nemo-gym's agents run a rollout as one long handler (``/run`` calls its own
 ``/v1/responses`` over HTTP), which no process can save. Here ``/run``

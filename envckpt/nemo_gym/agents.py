@@ -48,14 +48,13 @@ def _recipes() -> list[tuple[type[Any], type[Any], Callable[[Any], Any]]]:
 
 def agent_overrides(server_cls: type[Any]) -> tuple[Callable[[Any, Any], Any], dict[str, Any]]:
     """The installer and ``/run`` override for a checkpointable agent class."""
-    for agent_cls, request_type, recipe_cls in _recipes():
-        if issubclass(server_cls, agent_cls):
-            break
-    else:
+    found = [(r, c) for agent_cls, r, c in _recipes() if issubclass(server_cls, agent_cls)]
+    if not found:
         raise TypeError(
             f"{server_cls.__name__}: only simple_agent and gymnasium_agent have a "
             "checkpointable /run; other agents' loops were not forked"
         )
+    request_type, recipe_cls = found[0]
 
     def install(server: Any, app: Any) -> AgentRuntime:
         if not getattr(server.config, "execute_tools", True):

@@ -131,9 +131,9 @@ def token_row_problems(
     problems: list[str] = []
     by_rollout: dict[str, set[str]] = {}
     for key, (capture_key, _) in rows.items():
-        by_rollout.setdefault(EnvironmentEpisode.from_capture_key(capture_key).rollout_id, set()).add(
-            key
-        )
+        by_rollout.setdefault(
+            EnvironmentEpisode.from_capture_key(capture_key).rollout_id, set()
+        ).add(key)
     for rid, result in sorted(results.items()):
         keys = list(result.get("staging_keys") or ())
         missing = [k for k in keys if k not in rows]

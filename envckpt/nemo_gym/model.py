@@ -4,7 +4,7 @@ Hosting adds a pure-ASGI gate in front of nemo-gym's capture middleware and
 installs this participant as the process's token sink::
 
     participant = install_model_participant(server, app)    # from hosting.checkpointable
-    # POST /ng-rollout/<capture key>[/training-token-capture]/v1/{responses,chat/completions,messages}
+    # POST /ng-rollout/<key>[/training-token-capture]/v1/{responses,chat/completions,messages}
     #   -> admitted as that episode; refused with the envelope (409 admission_closed,
     #      409 stale_attempt, 400 rollout_id_required for an unprefixed generation)
     # POST /envckpt/v1/release {"capture_key"}  -> the episode's staging keys; the rows leave

@@ -6,7 +6,7 @@ registered for it) exposes that state per session::
 
     class MyServer(SimpleResourcesServer):
         checkpoint_mode: ClassVar[str] = "export_restore"   # ClassVar: not a pydantic field
-        def export_session(self, session_id: str) -> dict | None: ...   # JSON, or None: holds nothing
+        def export_session(self, session_id: str) -> dict | None: ...  # None: holds nothing
         def restore_session(self, session_id: str, state: dict) -> None: ...
         def validate_session(self, state: dict) -> None: ...          # optional; raise ValueError
         def drop_session(self, session_id: str) -> None: ...          # optional; free it

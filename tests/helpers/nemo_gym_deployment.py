@@ -43,4 +43,6 @@ def shared_config(audit_dir: Path) -> dict[str, Any]:
 
 
 def launch_shared(directory: Path, token_file: Path) -> Deployment:
-    return launch(shared_config(directory / "audit"), run_dir=directory / "run", token_file=token_file)
+    return launch(
+        shared_config(directory / "audit"), run_dir=directory / "run", token_file=token_file
+    )

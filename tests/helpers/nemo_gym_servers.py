@@ -1,7 +1,7 @@
 """nemo-gym server objects and hosted apps in this process, for tests that need no other server.
 
     server = build(StatefulCounterResourcesServer, "counter")        # the server object
-    server, app = hosted(StatefulCounterResourcesServer, "counter")  # checkpointable, routes mounted
+    server, app = hosted(StatefulCounterResourcesServer, "counter")  # checkpointable, mounted
     async with serve(app) as url: ...
 
 Servers that call other servers (agents, models) go through nemo-gym's
@@ -48,7 +48,9 @@ def build(cls: type[Any], name: str, *, config: dict[str, Any] | None = None, **
     return cls(config=settings, server_client=server_client(whole))
 
 
-def hosted(cls: type[Any], name: str, *, config: dict[str, Any] | None = None, **extra: Any) -> tuple[Any, Any]:
+def hosted(
+    cls: type[Any], name: str, *, config: dict[str, Any] | None = None, **extra: Any
+) -> tuple[Any, Any]:
     """``checkpointable(cls)`` built and its app set up, control routes on ``TOKEN``."""
     server = build(checkpointable(cls, token=TOKEN), name, config=config, **extra)
     return server, server.setup_webserver()

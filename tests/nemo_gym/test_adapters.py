@@ -35,7 +35,10 @@ def test_adapters_are_found_by_class() -> None:
 
 def test_counter_round_trip() -> None:
     """A counter exported from one server is restored in another, and dropped."""
-    source, target = build(StatefulCounterResourcesServer, "c"), build(StatefulCounterResourcesServer, "c")
+    source, target = (
+        build(StatefulCounterResourcesServer, "c"),
+        build(StatefulCounterResourcesServer, "c"),
+    )
     source.session_id_to_counter["sid"] = 7
     exported = CounterSessions(source).export_session("sid")
     assert exported == {"counter": 7}
@@ -70,8 +73,16 @@ async def test_multi_turn_round_trip() -> None:
     from nemo_gym.openai_utils import NeMoGymResponse
 
     action = NeMoGymResponse.model_validate(
-        {"id": "r", "created_at": 0, "model": "m", "object": "response", "output": [],
-         "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+        {
+            "id": "r",
+            "created_at": 0,
+            "model": "m",
+            "object": "response",
+            "output": [],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+        }
     )
     assert (await target.step(action, metadata, "sid"))[0] == "second"
     with pytest.raises(ValueError):

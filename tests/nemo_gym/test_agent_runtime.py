@@ -80,7 +80,9 @@ class NoCalls:
 
 
 def runtime(recipe: Any) -> AgentRuntime:
-    return AgentRuntime(server=None, recipe=recipe, server_name="agent", calls=lambda s, e: NoCalls())
+    return AgentRuntime(
+        server=None, recipe=recipe, server_name="agent", calls=lambda s, e: NoCalls()
+    )
 
 
 async def test_a_run_parks_at_a_boundary_and_continues_after_resume() -> None:
@@ -164,7 +166,9 @@ async def test_two_runs_of_one_attempt_are_refused() -> None:
 
 def test_rollout_identity_of_a_body() -> None:
     """The body names its attempt; without a rollout id it is refused."""
-    assert episode_of({"_ng_rollout_id": "r1", "_ng_attempt_index": 2}) == EnvironmentEpisode("r1", 2)
+    assert episode_of({"_ng_rollout_id": "r1", "_ng_attempt_index": 2}) == EnvironmentEpisode(
+        "r1", 2
+    )
     with pytest.raises(ParticipantError, match="rollout_id_required"):
         episode_of({})
     with pytest.raises(ParticipantError, match="invalid_request"):

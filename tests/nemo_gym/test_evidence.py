@@ -24,7 +24,9 @@ def result(**envckpt: Any) -> dict[str, Any]:
     return {"reward": 1.0, "final_text": "The count is 6.", "staging_keys": [], "envckpt": record}
 
 
-def audit_line(app: str, route: str, rid: str = "c", count: int | None = None, counter: int = 0) -> dict[str, Any]:
+def audit_line(
+    app: str, route: str, rid: str = "c", count: int | None = None, counter: int = 0
+) -> dict[str, Any]:
     return {
         "application": app,
         "rollout_id": rid,
@@ -79,7 +81,10 @@ def test_the_audit_accepts_kept_applications_once() -> None:
     [
         (lambda r, a: a.append(copy.deepcopy(a[2])), "logged 2 times"),
         (lambda r, a: a[2].update(rollout_id="other"), "belongs to another rollout"),
-        (lambda r, a: r["c"]["envckpt"]["applications"].insert(1, "p/2"), "increments kept [2, 2, 3]"),
+        (
+            lambda r, a: r["c"]["envckpt"]["applications"].insert(1, "p/2"),
+            "increments kept [2, 2, 3]",
+        ),
         (lambda r, a: a[3].update(state={"counter": 8}), "the counter was 8"),
         (lambda r, a: r["c"]["envckpt"]["applications"].append("z/9"), "logged 0 times"),
     ],
@@ -92,7 +97,9 @@ def test_the_audit_catches_a_tampered_run(tamper: Any, expected: str) -> None:
     assert any(expected in p for p in problems), problems
 
 
-def entry(capture_key: str, call: str, prompt: list[int], generated: list[int], parent: Any = None) -> TokenEntry:
+def entry(
+    capture_key: str, call: str, prompt: list[int], generated: list[int], parent: Any = None
+) -> TokenEntry:
     made = TokenEntry(
         rollout_id=capture_key,
         model_call_id=call,
@@ -140,7 +147,12 @@ def _second_child(rows: dict[str, tuple[str, str]], results: dict[str, Any]) -> 
         (lambda r, rows: rows.update({"c/a": ("d", rows["c/a"][1])}), "filed under d"),
         (lambda r, rows: _break_prefix(rows), "does not continue its parent's tokens"),
         (lambda r, rows: _second_child(rows, r), "a turn ran twice"),
-        (lambda r, rows: rows.update({"c-a1/b": ("c-a1", entry("c-a1", "b", [1], [2]).model_dump_json())}), "2 root calls"),
+        (
+            lambda r, rows: rows.update(
+                {"c-a1/b": ("c-a1", entry("c-a1", "b", [1], [2]).model_dump_json())}
+            ),
+            "2 root calls",
+        ),
     ],
 )
 def test_token_rows_catch_a_tampered_run(tamper: Any, expected: str) -> None:

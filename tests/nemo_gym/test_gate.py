@@ -20,7 +20,11 @@ def test_envelope_round_trip() -> None:
 
 def test_other_error_replies() -> None:
     """A reply without the envelope is checkpoint_error with the status and an excerpt."""
-    for text in ("Internal Server Error", json.dumps({"detail": []}), json.dumps({"error": {"code": "nope"}})):
+    for text in (
+        "Internal Server Error",
+        json.dumps({"detail": []}),
+        json.dumps({"error": {"code": "nope"}}),
+    ):
         assert not is_envelope(text)
         error = error_from_reply(500, text * 100)
         assert error.code == "checkpoint_error"

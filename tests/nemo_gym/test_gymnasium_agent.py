@@ -38,10 +38,17 @@ async def test_checkpointable_run_matches_nemo_gyms_own(shared_deployment: Any) 
         return result
 
     ours = await asyncio.gather(*(run("multi_agent", t, f"ga-ck-{i}") for i, t in enumerate(tasks)))
-    theirs = await asyncio.gather(*(run("plain_multi_agent", t, f"ga-up-{i}") for i, t in enumerate(tasks)))
+    theirs = await asyncio.gather(
+        *(run("plain_multi_agent", t, f"ga-up-{i}") for i, t in enumerate(tasks))
+    )
     for task, mine, upstream in zip(tasks, ours, theirs, strict=True):
         assert mine["reward"] == upstream["reward"] == 1.0
-        assert (mine["terminated"], mine["truncated"]) == (upstream["terminated"], upstream["truncated"])
+        assert (mine["terminated"], mine["truncated"]) == (
+            upstream["terminated"],
+            upstream["truncated"],
+        )
         assert without_ids(mine["response"]) == without_ids(upstream["response"])
-        assert without_ids(mine["responses_create_params"]) == without_ids(upstream["responses_create_params"])
+        assert without_ids(mine["responses_create_params"]) == without_ids(
+            upstream["responses_create_params"]
+        )
         assert mine["envckpt"]["steps"] == len(task["follow_ups"]) + 1

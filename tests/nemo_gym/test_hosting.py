@@ -31,7 +31,10 @@ def test_the_subclass_keeps_the_base_class_identity() -> None:
         )
         assert issubclass(sub, cls)
         assert sub.ray_enabled is False
-    assert same_name_subclass(StatefulCounterResourcesServer, {}).__name__ == "StatefulCounterResourcesServer"
+    assert (
+        same_name_subclass(StatefulCounterResourcesServer, {}).__name__
+        == "StatefulCounterResourcesServer"
+    )
 
 
 def test_kinds() -> None:

@@ -54,15 +54,24 @@ def job_spec(directory: Path, *, counters: int, multi_turns: int) -> JobSpec:
 def start(spec: JobSpec, incarnation: int) -> subprocess.Popen[bytes]:
     with (spec.directory / f"job-{incarnation}.out").open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "envckpt.nemo_gym.job", "--spec", str(spec.directory / "job.json"),
-             "--incarnation", str(incarnation)],
+            [
+                sys.executable,
+                "-m",
+                "envckpt.nemo_gym.job",
+                "--spec",
+                str(spec.directory / "job.json"),
+                "--incarnation",
+                str(incarnation),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: trainer and servers
         )
 
 
-def kill_group_after_snapshot(spec: JobSpec, job: subprocess.Popen[bytes], *, timeout: float) -> dict[str, Any]:
+def kill_group_after_snapshot(
+    spec: JobSpec, job: subprocess.Popen[bytes], *, timeout: float
+) -> dict[str, Any]:
     give_up = time.monotonic() + timeout
     while time.monotonic() < give_up:
         events = [e for e in read_events(spec.directory / "events.jsonl") if e["incarnation"] == 1]
@@ -87,7 +96,7 @@ def group_alive(pgid: int) -> bool:
 def data_plane_rows(path: Path) -> dict[str, tuple[str, str]]:
     rows = {}
     with SqliteDataPlane(path) as plane:
-        for key in plane.keys():
+        for key in sorted(plane.keys()):
             row = plane.get(key)
             assert row is not None
             rows[key] = (row.capture_key, row.payload.decode())
@@ -128,12 +137,14 @@ def run_and_check(spec: JobSpec) -> None:
     # A continued rollout finished as the attempt after the saved one, keeping the saved rows.
     for rid in continued:
         assert results[rid]["envckpt"]["attempt"] >= 1
-        assert any(not key.startswith(results[rid]["envckpt"]["capture_key"] + "/")
-                   for key in results[rid]["staging_keys"])
+        assert any(
+            not key.startswith(results[rid]["envckpt"]["capture_key"] + "/")
+            for key in results[rid]["staging_keys"]
+        )
 
 
 def test_job_killed_after_a_snapshot_finishes_in_fresh_processes(tmp_path: Path) -> None:
-    """Every reward equals the uninterrupted run's, every increment applied once, rows consistent."""
+    """Rewards equal the uninterrupted run's, increments applied once, token rows consistent."""
     run_and_check(job_spec(tmp_path / "job", counters=6, multi_turns=4))
 
 
@@ -141,3 +152,53 @@ def test_job_killed_after_a_snapshot_finishes_in_fresh_processes(tmp_path: Path)
 def test_larger_job_killed_after_a_snapshot(tmp_path: Path) -> None:
     """The same with more rollouts per deployment."""
     run_and_check(job_spec(tmp_path / "job", counters=16, multi_turns=12))
+
+
+def test_spec_round_trips_and_names_instances(tmp_path: Path) -> None:
+    """A saved spec loads back equal; each task lands on its deployment's instance."""
+    spec = job_spec(tmp_path, counters=2, multi_turns=1)
+    spec.save(tmp_path / "job.json")
+    loaded = JobSpec.load(tmp_path / "job.json")
+    assert loaded.to_json() == spec.to_json()
+    assert [t.instance_id for t in loaded.rollout_tasks()] == [
+        "counter/replica-0",
+        "counter/replica-0",
+        "multi/replica-0",
+    ]
+
+
+def test_each_incarnation_gets_its_own_capture_dir_and_the_trainer_endpoint(tmp_path: Path) -> None:
+    """Staging URL, audit dir and policy latency go to the envckpt block; capture dir per run."""
+    from envckpt.nemo_gym.job import incarnation_config
+
+    spec = job_spec(tmp_path, counters=1, multi_turns=1)
+    config = incarnation_config(
+        spec,
+        spec.deployments[0],
+        run_dir=tmp_path / "run-2" / "counter",
+        staging_url="http://t/rows",
+    )
+    assert config["envckpt"]["staging_url"] == "http://t/rows"
+    assert config["envckpt"]["audit_dir"] == str(tmp_path / "audit")
+    assert config["token_id_capture"]["dir"] == str(tmp_path / "run-2" / "counter" / "tokens")
+    assert "staging_url" not in spec.deployments[0].config["envckpt"]  # the spec is untouched
+
+
+async def test_control_rows_stay_out_of_the_ledger() -> None:
+    """After the job, rows of the uninterrupted control run are kept apart."""
+    from envckpt.nemo_gym.job import RowSink
+
+    class Pending:
+        def __init__(self) -> None:
+            self.rows: list[str] = []
+
+        async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
+            self.rows.append(staging_key)
+
+    pending = Pending()
+    sink = RowSink(pending)
+    await sink.stage("r1", "r1/a", "{}")
+    sink.control = {}
+    await sink.stage("r1.control", "r1.control/b", "{}")
+    assert pending.rows == ["r1/a"]
+    assert sink.control == {"r1.control/b": ("r1.control", "{}")}

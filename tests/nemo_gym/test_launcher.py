@@ -19,14 +19,19 @@ from helpers.http_deployment import TOKEN
 
 COUNTER = {
     "counter": {
-        "resources_servers": {"example_session_state_mgmt": {"entrypoint": "app.py", "domain": "agent"}}
+        "resources_servers": {
+            "example_session_state_mgmt": {"entrypoint": "app.py", "domain": "agent"}
+        }
     }
 }
 
 
 def test_resolve_fills_hosts_ports_and_what_nemo_gym_reads() -> None:
     """Every server gets 127.0.0.1 and a free port; an explicit port is kept; head_server is set."""
-    config = {**COUNTER, "other": {"resources_servers": {"x": {"entrypoint": "app.py", "port": 12345}}}}
+    config = {
+        **COUNTER,
+        "other": {"resources_servers": {"x": {"entrypoint": "app.py", "port": 12345}}},
+    }
     resolved = resolve(config)
     inner = resolved["counter"]["resources_servers"]["example_session_state_mgmt"]
     assert inner["host"] == "127.0.0.1" and inner["port"] > 0
@@ -42,7 +47,9 @@ def test_a_yaml_config_starts_and_sigterm_stops_it(tmp_path: Path, preload: bool
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(COUNTER))
     token_file = write_token_file(tmp_path / "token", TOKEN)
-    deployment = launch(config_file, run_dir=tmp_path / "run", token_file=token_file, preload=preload)
+    deployment = launch(
+        config_file, run_dir=tmp_path / "run", token_file=token_file, preload=preload
+    )
     try:
         url = deployment.urls["counter"]
         status = httpx.get(
@@ -59,7 +66,7 @@ def test_a_yaml_config_starts_and_sigterm_stops_it(tmp_path: Path, preload: bool
 
 
 def test_a_server_that_cannot_start_fails_the_launch(tmp_path: Path) -> None:
-    """A token file others can read makes the server refuse to start; launch says so, nothing stays."""
+    """A token file others can read makes the server refuse to start, and launch says so."""
     token_file = write_token_file(tmp_path / "token", TOKEN)
     os.chmod(token_file, 0o644)
     with pytest.raises(RuntimeError, match="exited during startup"):

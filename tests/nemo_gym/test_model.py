@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from pathlib import Path
@@ -33,11 +34,20 @@ USER = {"role": "user", "content": "hello", "type": "message"}
 
 
 def assistant(text: str) -> dict[str, Any]:
-    return {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
 
 
 def entry(
-    capture_key: str, call_id: str, request: list[dict[str, Any]], text: str, *, parent: str | None = None
+    capture_key: str,
+    call_id: str,
+    request: list[dict[str, Any]],
+    text: str,
+    *,
+    parent: str | None = None,
 ) -> TokenEntry:
     prompt = list(range(len(request) * 10))
     made = TokenEntry(
@@ -75,10 +85,9 @@ def model_app(participant: ModelParticipant, entries: dict[str, TokenEntry]) -> 
 
     @app.post("/ng-rollout/{key}/training-token-capture/v1/responses")
     async def responses(key: str) -> JSONResponse:
-        try:
+        # nemo-gym never fails a call for a capture error; the gate does.
+        with contextlib.suppress(Exception):
             await participant.put(entries[key])
-        except Exception:
-            pass  # nemo-gym never fails a call for a capture error; the gate does
         return JSONResponse({"ok": key})
 
     @app.post("/v1/responses")
@@ -101,7 +110,9 @@ def path(key: str) -> str:
 async def test_gate_admits_prefixed_generations_and_records_their_rows(tmp_path: Path) -> None:
     """A prefixed call is admitted, its row staged, stored and recorded under its staging key."""
     recorder = Recorder()
-    participant = ModelParticipant(server_name="policy", store=TokenCaptureStore(tmp_path), stager=recorder)
+    participant = ModelParticipant(
+        server_name="policy", store=TokenCaptureStore(tmp_path), stager=recorder
+    )
     first = entry("r1", "call-a", [USER], "hi")
     async with serve(model_app(participant, {"r1": first})) as url, httpx.AsyncClient() as client:
         assert (await client.post(f"{url}{path('r1')}", json={})).json() == {"ok": "r1"}
@@ -112,7 +123,10 @@ async def test_gate_admits_prefixed_generations_and_records_their_rows(tmp_path:
     assert [row.staging_key for row in participant.rows()["r1"]] == ["r1/call-a"]
     assert [e.model_call_id for e in TokenCaptureStore(tmp_path).read_entries("r1")] == ["call-a"]
     extras = participant.commit_extras((EnvironmentEpisode("r1", 0),))
-    assert extras == {"staging_keys": ["r1/call-a"], "staging_keys_by_episode": {"r1": ["r1/call-a"]}}
+    assert extras == {
+        "staging_keys": ["r1/call-a"],
+        "staging_keys_by_episode": {"r1": ["r1/call-a"]},
+    }
 
 
 async def test_closed_admission_and_stale_attempts_are_refused(tmp_path: Path) -> None:
@@ -126,7 +140,9 @@ async def test_closed_admission_and_stale_attempts_are_refused(tmp_path: Path) -
         assert (closed.status_code, closed.json()["error"]["code"]) == (409, "admission_closed")
         await participant.core.resume(cid, deadline_ts=deadline())
         await participant.core.retire(
-            mint_checkpoint_id("r"), deadline_ts=deadline(), episode_ids=[EnvironmentEpisode("r2", 0)]
+            mint_checkpoint_id("r"),
+            deadline_ts=deadline(),
+            episode_ids=[EnvironmentEpisode("r2", 0)],
         )
         stale = await client.post(f"{url}{path('r2')}", json={})
         assert (stale.status_code, stale.json()["error"]["code"]) == (409, "stale_attempt")
@@ -136,10 +152,12 @@ async def test_closed_admission_and_stale_attempts_are_refused(tmp_path: Path) -
 async def test_a_refused_row_fails_its_generation(tmp_path: Path) -> None:
     """When the trainer refuses a row the call fails with that code and nothing is recorded."""
     recorder = Recorder(fail=ParticipantError("stale_attempt", "not the ledger's attempt"))
-    participant = ModelParticipant(server_name="policy", store=TokenCaptureStore(tmp_path), stager=recorder)
-    async with serve(model_app(participant, {"r1": entry("r1", "a", [USER], "hi")})) as url:
-        async with httpx.AsyncClient() as client:
-            reply = await client.post(f"{url}{path('r1')}", json={})
+    participant = ModelParticipant(
+        server_name="policy", store=TokenCaptureStore(tmp_path), stager=recorder
+    )
+    app = model_app(participant, {"r1": entry("r1", "a", [USER], "hi")})
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        reply = await client.post(f"{url}{path('r1')}", json={})
     assert (reply.status_code, reply.json()["error"]["code"]) == (409, "stale_attempt")
     assert participant.rows() == {}
     assert TokenCaptureStore(tmp_path).read_entries("r1") == []
@@ -148,18 +166,18 @@ async def test_a_refused_row_fails_its_generation(tmp_path: Path) -> None:
 async def test_release_hands_over_the_staging_keys(tmp_path: Path) -> None:
     """The agent's release returns the episode's keys and the model stops holding it."""
     participant = ModelParticipant(server_name="policy", store=TokenCaptureStore(tmp_path))
-    async with serve(model_app(participant, {"r1": entry("r1", "a", [USER], "hi")})) as url:
-        async with httpx.AsyncClient() as client:
-            await client.post(f"{url}{path('r1')}", json={})
-            released = await client.post(f"{url}{RELEASE_PATH}", json={"capture_key": "r1"})
-            bad = await client.post(f"{url}{RELEASE_PATH}", json={"key": 1})
+    app = model_app(participant, {"r1": entry("r1", "a", [USER], "hi")})
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        await client.post(f"{url}{path('r1')}", json={})
+        released = await client.post(f"{url}{RELEASE_PATH}", json={"capture_key": "r1"})
+        bad = await client.post(f"{url}{RELEASE_PATH}", json={"key": 1})
     assert released.json() == {"capture_key": "r1", "staging_keys": ["r1/a"]}
     assert participant.live_episodes() == frozenset()
     assert bad.json()["error"]["code"] == "invalid_request"
 
 
 async def test_restore_keeps_lineage_under_the_next_attempts_key(tmp_path: Path) -> None:
-    """Exported rows install under r1-a1 with their staging keys; the next call resolves its parent."""
+    """Rows install under r1-a1 with their staging keys; the next call resolves its parent."""
     source = ModelParticipant(server_name="policy", store=TokenCaptureStore(tmp_path / "a"))
     first = entry("r1", "call-a", [USER], "hi")
     await source.put(first)
@@ -169,7 +187,9 @@ async def test_restore_keeps_lineage_under_the_next_attempts_key(tmp_path: Path)
     target.install([(EnvironmentEpisode("r1", 1), rows)])
     assert [r.staging_key for r in target.rows()["r1-a1"]] == ["r1/call-a"]
     stored = TokenCaptureStore(tmp_path / "b").read_entries("r1-a1")
-    assert [(e.rollout_id, e.model_call_id, e.digest) for e in stored] == [("r1-a1", "call-a", first.digest)]
+    assert [(e.rollout_id, e.model_call_id, e.digest) for e in stored] == [
+        ("r1-a1", "call-a", first.digest)
+    ]
     continuation = [USER, assistant("hi"), {"role": "user", "content": "more", "type": "message"}]
     resolution = await FileLineageStore(tmp_path / "b").resolve("r1-a1", continuation)
     assert resolution.status == ParentResolutionStatus.RESOLVED
@@ -181,9 +201,20 @@ def _exported(tmp_path: Path) -> dict[str, Any]:
     import asyncio
 
     asyncio.run(source.put(entry("r1-a1", "b", [USER], "hi")))
-    source._rows[EnvironmentEpisode("r1", 1)].insert(0, parse_rows(EnvironmentEpisode("r1", 1), {
-        "rows": [{"staging_key": "r1/a", "entry": entry("r1-a1", "a", [USER], "x").model_dump(mode="json")}]
-    })[0])
+    source._rows[EnvironmentEpisode("r1", 1)].insert(
+        0,
+        parse_rows(
+            EnvironmentEpisode("r1", 1),
+            {
+                "rows": [
+                    {
+                        "staging_key": "r1/a",
+                        "entry": entry("r1-a1", "a", [USER], "x").model_dump(mode="json"),
+                    }
+                ]
+            },
+        )[0],
+    )
     (exported,) = list(source.export(frozenset({EnvironmentEpisode("r1", 1)})))
     return exported[1]
 

@@ -13,7 +13,11 @@ import pytest
 
 pytest.importorskip("resources_servers.example_session_state_mgmt.app")
 
-from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+from nemo_gym.base_resources_server import (
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
 from pydantic import Field
 from resources_servers.example_multi_turn_gymnasium.app import ExampleMultiTurnEnv
 from resources_servers.example_session_state_mgmt.app import StatefulCounterResourcesServer
@@ -48,7 +52,9 @@ def counter(**extra: Any) -> tuple[Any, Any]:
 
 
 async def seed(client: httpx.AsyncClient, url: str, key: str, initial: int = 3) -> httpx.Response:
-    reply = await client.post(f"{url}/ng-rollout/{key}/seed_session", json={"initial_count": initial})
+    reply = await client.post(
+        f"{url}/ng-rollout/{key}/seed_session", json={"initial_count": initial}
+    )
     assert reply.status_code == 200, reply.text
     return reply
 
@@ -100,7 +106,9 @@ async def test_verify_ends_the_session_and_the_rollout_can_be_forgotten() -> Non
         assert server.envckpt.live_episodes() == frozenset()
         while core.in_flight():  # the handler returns just after its reply left
             await asyncio.sleep(0.01)
-        assert await core.forget(mint_checkpoint_id("f"), deadline_ts=deadline(), rollout_ids=["r1"])
+        assert await core.forget(
+            mint_checkpoint_id("f"), deadline_ts=deadline(), rollout_ids=["r1"]
+        )
 
 
 async def test_a_retired_attempt_is_refused_and_its_state_dropped() -> None:
@@ -110,7 +118,9 @@ async def test_a_retired_attempt_is_refused_and_its_state_dropped() -> None:
     async with serve(app) as url, httpx.AsyncClient() as client:
         await seed(client, url, "r1")
         await core.retire(
-            mint_checkpoint_id("r"), deadline_ts=deadline(), episode_ids=[EnvironmentEpisode("r1", 0)]
+            mint_checkpoint_id("r"),
+            deadline_ts=deadline(),
+            episode_ids=[EnvironmentEpisode("r1", 0)],
         )
         assert server.session_id_to_counter == {}
         late = await client.post(f"{url}/increment_counter", json={"count": 2})
@@ -120,7 +130,7 @@ async def test_a_retired_attempt_is_refused_and_its_state_dropped() -> None:
 
 
 async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_path: Path) -> None:
-    """A committed session restores in a fresh server as the next attempt; the old cookie works there."""
+    """A committed session restores in a fresh server as the next attempt; its cookie works."""
     first, first_app = counter()
     episode = EnvironmentEpisode("r1", 0)
     async with serve(first_app) as url, httpx.AsyncClient() as client:
@@ -130,11 +140,16 @@ async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_p
         cid = mint_checkpoint_id("c")
         core = first.envckpt.core
         await core.prepare(cid, deadline_ts=deadline())
-        reply = await core.commit(cid, deadline_ts=deadline(), checkpoint_dir=str(tmp_path), episode_ids=[episode])
+        reply = await core.commit(
+            cid, deadline_ts=deadline(), checkpoint_dir=str(tmp_path), episode_ids=[episode]
+        )
         assert reply["episode_ids"] == ["r1"]
     second, second_app = counter()
     restored = await second.envckpt.core.restore(
-        mint_checkpoint_id("restore"), deadline_ts=deadline(), checkpoint_dir=str(tmp_path), episode_ids=[episode]
+        mint_checkpoint_id("restore"),
+        deadline_ts=deadline(),
+        checkpoint_dir=str(tmp_path),
+        episode_ids=[episode],
     )
     assert restored["restored"] == ["r1-a1"]
     assert list(second.session_id_to_counter.values()) == [5]
@@ -144,18 +159,23 @@ async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_p
         assert reply.status_code == 200
         assert list(second.session_id_to_counter.values()) == [6]
         body = {"responses_create_params": PARAMS, "response": RESPONSE, "expected_count": 6}
-        assert (await client.post(f"{url}/ng-rollout/r1-a1/verify", json=body)).json()["reward"] == 1.0
+        assert (await client.post(f"{url}/ng-rollout/r1-a1/verify", json=body)).json()[
+            "reward"
+        ] == 1.0
 
 
 async def test_a_renamed_class_would_not_read_the_saved_cookie() -> None:
     """The cookie secret derives from the class name: a renamed subclass starts a new session."""
-    server, app = counter()
+    server, _ = counter()
     assert type(server).__name__ == "StatefulCounterResourcesServer"
     renamed = type("Renamed", (StatefulCounterResourcesServer,), {"ray_enabled": False})
     assert server.get_session_middleware_key() == "StatefulCounterResourcesServer___counter"
     from helpers.nemo_gym_servers import build
 
-    assert build(renamed, "counter").get_session_middleware_key() != server.get_session_middleware_key()
+    assert (
+        build(renamed, "counter").get_session_middleware_key()
+        != server.get_session_middleware_key()
+    )
 
 
 class KeepsStateWithoutProtocol(SimpleResourcesServer):
@@ -181,11 +201,13 @@ async def test_every_admitted_application_is_audited_before_its_reply(tmp_path: 
     """Each successful admitted request leaves one audit line with the header's id and the state."""
     config = global_config("counter", "resources_servers", "test", domain="other")
     config[CONFIG_BLOCK] = {"audit_dir": str(tmp_path)}
-    server, app = counter(config=config)
+    _, app = counter(config=config)
     async with serve(app) as url, httpx.AsyncClient() as client:
         await seed(client, url, "r1")
         reply = await client.post(f"{url}/increment_counter", json={"count": 4})
-    lines = [json.loads(line) for line in (tmp_path / "counter.audit.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (tmp_path / "counter.audit.jsonl").read_text().splitlines()
+    ]
     assert [line["route"] for line in lines] == ["/seed_session", "/increment_counter"]
     assert lines[1]["application"] == reply.headers[APPLICATION_HEADER]
     assert lines[1]["request"] == {"count": 4}
@@ -219,5 +241,7 @@ def test_tampered_saved_sessions_are_refused(state: dict[str, Any]) -> None:
     server, _ = counter()
     with pytest.raises(ValueError):
         server.envckpt.validate(EnvironmentEpisode("r1", 0), state)
-    valid = server.envckpt.validate(EnvironmentEpisode("r1", 0), {"session_id": "s", "state": {"counter": 1}})
+    valid = server.envckpt.validate(
+        EnvironmentEpisode("r1", 0), {"session_id": "s", "state": {"counter": 1}}
+    )
     assert valid == SavedSession("s", {"counter": 1})

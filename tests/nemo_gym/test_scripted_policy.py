@@ -20,20 +20,26 @@ from envckpt.nemo_gym.scripted_policy import (
 
 
 def counter_conversation(results: int) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "add 4 then add 5 then get the count"}]
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "add 4 then add 5 then get the count"}
+    ]
     plan = [("increment_counter", '{"count": 4}'), ("increment_counter", '{"count": 5}')]
     plan.append(("get_counter_value", "{}"))
     outputs = ['{"success":true}', '{"success":true}', '{"count":15}']
     for n in range(results):
         name, arguments = plan[n]
-        call = {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        call = {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": outputs[n]})
     return messages
 
 
 def test_counter_plan_follows_the_tool_results_so_far() -> None:
-    """The n-th tool result picks the n-th planned call; after the last one the count is reported."""
+    """The n-th tool result picks the n-th planned call; after the last the count is reported."""
     tools = [{"type": "function", "function": t} for t in COUNTER_TOOLS]
     calls = [next_reply(counter_conversation(n), tools)[1] for n in range(3)]
     assert [c[0]["function"]["name"] for c in calls] == [
@@ -51,10 +57,22 @@ def test_counter_plan_follows_the_tool_results_so_far() -> None:
 
 def test_other_plans() -> None:
     """Blackjack hits below 17 and stands above; otherwise the asked word is answered."""
-    hand = "Your hand: [9, 5] = {v}\nDealer shows: K\nRespond with <action>hit</action> or <action>stand</action>."
-    assert next_reply([{"role": "user", "content": hand.format(v=14)}], None)[0] == "<action>hit</action>"
-    assert next_reply([{"role": "user", "content": hand.format(v=18)}], None)[0] == "<action>stand</action>"
-    say = [{"role": "user", "content": "Say the word: alpha"}, {"role": "user", "content": "Say the word: delta"}]
+    hand = (
+        "Your hand: [9, 5] = {v}\nDealer shows: K\n"
+        "Respond with <action>hit</action> or <action>stand</action>."
+    )
+    assert (
+        next_reply([{"role": "user", "content": hand.format(v=14)}], None)[0]
+        == "<action>hit</action>"
+    )
+    assert (
+        next_reply([{"role": "user", "content": hand.format(v=18)}], None)[0]
+        == "<action>stand</action>"
+    )
+    say = [
+        {"role": "user", "content": "Say the word: alpha"},
+        {"role": "user", "content": "Say the word: delta"},
+    ]
     assert next_reply(say, None) == ("delta", [])
 
 
@@ -70,7 +88,10 @@ def test_each_prompt_starts_with_the_previous_prompt_and_generation() -> None:
     """Byte tokens: the next call's prompt extends the parent's prompt plus its generation."""
     first = counter_conversation(0)
     reply = chat_completion({"messages": first, "tools": COUNTER_TOOLS, "logprobs": True})
-    generated = [int(e["token"].removeprefix("token_id:")) for e in reply["choices"][0]["logprobs"]["content"]]
+    generated = [
+        int(e["token"].removeprefix("token_id:"))
+        for e in reply["choices"][0]["logprobs"]["content"]
+    ]
     cumulative = token_ids(render_prompt(first, COUNTER_TOOLS)) + generated
     following = token_ids(render_prompt(counter_conversation(1), COUNTER_TOOLS))
     assert following[: len(cumulative)] == cumulative
@@ -85,7 +106,9 @@ async def test_endpoint_serves_completions_and_tokenize() -> None:
             f"{url}/v1/chat/completions",
             json={"messages": messages, "tools": COUNTER_TOOLS, "logprobs": True},
         )
-        tokens = await client.post(f"{url}/tokenize", json={"messages": messages, "tools": COUNTER_TOOLS})
+        tokens = await client.post(
+            f"{url}/tokenize", json={"messages": messages, "tools": COUNTER_TOOLS}
+        )
     assert reply.status_code == 200
     choice = reply.json()["choices"][0]
     assert choice["message"]["tool_calls"][0]["function"]["name"] == "get_counter_value"

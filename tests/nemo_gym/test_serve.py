@@ -22,14 +22,19 @@ def test_the_entrypoint_module_names_the_class() -> None:
     assert server_class_for(counter, "policy_model") is VLLMModel
     assert server_class_for(multi, "multi_turn_agent") is GymnasiumAgent
     assert server_class_for(counter, "counter").__name__ == "StatefulCounterResourcesServer"
-    assert server_entry(counter, "counter")[:2] == ("resources_servers", "example_session_state_mgmt")
+    assert server_entry(counter, "counter")[:2] == (
+        "resources_servers",
+        "example_session_state_mgmt",
+    )
 
 
 def test_an_override_names_the_class() -> None:
     """envckpt.server_classes picks a class explicitly."""
     config = {
         **examples.multi_turn_config(),
-        "envckpt": {"server_classes": {"multi_turn": "resources_servers.blackjack.app:BlackjackEnv"}},
+        "envckpt": {
+            "server_classes": {"multi_turn": "resources_servers.blackjack.app:BlackjackEnv"}
+        },
     }
     assert server_class_for(config, "multi_turn") is BlackjackEnv
 

@@ -9,7 +9,11 @@ import pytest
 
 pytest.importorskip("nemo_gym.base_resources_server")
 
-from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
+from nemo_gym.base_resources_server import (
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
 from pydantic import Field
 
 from envckpt.nemo_gym import sessions

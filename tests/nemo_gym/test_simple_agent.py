@@ -28,7 +28,9 @@ def without_ids(value: Any) -> Any:
     return value
 
 
-async def run(client: httpx.AsyncClient, url: str, task: dict[str, Any], rollout_id: str, attempt: int = 0) -> httpx.Response:
+async def run(
+    client: httpx.AsyncClient, url: str, task: dict[str, Any], rollout_id: str, attempt: int = 0
+) -> httpx.Response:
     body = {**task, "_ng_rollout_id": rollout_id, "_ng_attempt_index": attempt}
     return await client.post(f"{url}/run", json=body, timeout=120)
 
@@ -53,7 +55,10 @@ async def test_checkpointable_run_matches_nemo_gyms_own(shared_deployment: Any) 
             *(run(client, urls["counter_agent"], t, f"sa-ck-{i}") for i, t in enumerate(tasks))
         )
         theirs = await asyncio.gather(
-            *(run(client, urls["plain_counter_agent"], t, f"sa-up-{i}") for i, t in enumerate(tasks))
+            *(
+                run(client, urls["plain_counter_agent"], t, f"sa-up-{i}")
+                for i, t in enumerate(tasks)
+            )
         )
     for mine, upstream in zip(ours, theirs, strict=True):
         assert mine.status_code == upstream.status_code == 200
@@ -76,7 +81,12 @@ async def test_a_run_parks_while_the_model_is_closed_then_finishes(shared_deploy
         assert prepared["report"]["ready"]
         await asyncio.sleep(0.5)
         assert not running.done()  # parked: the model refuses its next call
-        status = (await client.get(f"{urls['counter_agent']}{CONTROL}/status", headers={"Authorization": f"Bearer {TOKEN}"})).json()
+        status = (
+            await client.get(
+                f"{urls['counter_agent']}{CONTROL}/status",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+        ).json()
         assert status["report"]["counts"]["in_flight"] == 0
         assert status["report"]["counts"]["live"] >= 1
         await control(client, urls["policy_model"], "resume", cid)

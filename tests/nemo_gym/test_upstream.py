@@ -15,7 +15,9 @@ def test_installed_nemo_gym_matches_the_fork() -> None:
     assert not changed, (
         "nemo-gym changed code envckpt's fork mirrors; re-read it and update the fork, "
         "then the fingerprints: "
-        + "; ".join(f"{t} ({upstream.MIRRORED[t][1]}): {old} -> {new}" for t, (old, new) in changed.items())
+        + "; ".join(
+            f"{t} ({upstream.MIRRORED[t][1]}): {old} -> {new}" for t, (old, new) in changed.items()
+        )
     )
 
 
