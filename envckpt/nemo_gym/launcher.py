@@ -13,10 +13,16 @@ each process's ready file::
 
 The config's ``envckpt`` block may name model servers under
 ``scripted_policy``: the launcher then starts the scripted policy endpoint
-(``scripted_policy.py``) first and points their ``base_url`` at it. Secrets
-reach the children only as the path of an owner-only token file.
-Children stay in the caller's process group, so killing that group (a node
-failure) kills the whole deployment at once.
+(``scripted_policy.py``) first and points their ``base_url`` at it.
+
+Secrets never go on a command line: with ``token_file`` the children get the
+path of that owner-only file (``ENVCKPT_GYM_TOKEN_FILE``); without it they
+inherit ``ENVCKPT_GYM_TOKEN`` from this process's environment. Servers are
+forked from a forkserver that imported nemo-gym once (``processes.py``;
+``preload=False`` starts fresh interpreters); as with multiprocessing, a
+script that launches must guard its entry point with
+``if __name__ == "__main__"``. Children stay in the caller's process group,
+so killing that group (a node failure) kills the whole deployment at once.
 """
 
 from __future__ import annotations
@@ -35,7 +41,9 @@ from envckpt.nemo_gym.readiness import read_ready_file
 from envckpt.nemo_gym.settings import (
     CONFIG_BLOCK,
     READY_FILE_ENV,
+    STAGING_TOKEN_ENV,
     STAGING_TOKEN_FILE_ENV,
+    TOKEN_ENV,
     TOKEN_FILE_ENV,
     envckpt_block,
 )
@@ -136,9 +144,6 @@ def _env(
     staging_token_file: Path | None,
 ) -> dict[str, str]:
     env = dict(os.environ)
-    # Never let a secret of the parent leak to servers by value.
-    for key in ("ENVCKPT_GYM_TOKEN", "ENVCKPT_STAGING_TOKEN"):
-        env.pop(key, None)
     env.update(
         {
             "NEMO_GYM_CONFIG_DICT": config_yaml,
@@ -147,9 +152,12 @@ def _env(
             "PYTHONUNBUFFERED": "1",
         }
     )
+    # A given file wins: the value variables (read first) are not passed on.
     if token_file is not None:
+        env.pop(TOKEN_ENV, None)
         env[TOKEN_FILE_ENV] = str(token_file)
     if staging_token_file is not None:
+        env.pop(STAGING_TOKEN_ENV, None)
         env[STAGING_TOKEN_FILE_ENV] = str(staging_token_file)
     return env
 

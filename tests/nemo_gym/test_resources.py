@@ -245,3 +245,45 @@ def test_tampered_saved_sessions_are_refused(state: dict[str, Any]) -> None:
         EnvironmentEpisode("r1", 0), {"session_id": "s", "state": {"counter": 1}}
     )
     assert valid == SavedSession("s", {"counter": 1})
+
+
+async def test_a_blackjack_hand_continues_with_the_same_cards_after_restore(tmp_path: Path) -> None:
+    """Hands and generator go through commit and restore: the restored hand plays out the same."""
+    from resources_servers.blackjack.app import BlackjackEnv
+
+    hit = {
+        **RESPONSE,
+        "output": [
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "<action>hit</action>", "annotations": []}
+                ],
+            }
+        ],
+    }
+    body = {"responses_create_params": PARAMS}
+    first, first_app = hosted(BlackjackEnv, "blackjack")
+    episode = EnvironmentEpisode("b1", 0)
+    async with serve(first_app) as url, httpx.AsyncClient() as client:
+        assert (await client.post(f"{url}/ng-rollout/b1/reset", json=body)).status_code == 200
+        cookies = dict(client.cookies)
+        cid = mint_checkpoint_id("c")
+        await first.envckpt.core.prepare(cid, deadline_ts=deadline())
+        await first.envckpt.core.commit(
+            cid, deadline_ts=deadline(), checkpoint_dir=str(tmp_path), episode_ids=[episode]
+        )
+        await first.envckpt.core.resume(cid, deadline_ts=deadline())
+        original = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
+    second, second_app = hosted(BlackjackEnv, "blackjack")
+    restored = await second.envckpt.core.restore(
+        mint_checkpoint_id("r"),
+        deadline_ts=deadline(),
+        checkpoint_dir=str(tmp_path),
+        episode_ids=[episode],
+    )
+    await second.envckpt.core.resume(restored["checkpoint_id"], deadline_ts=deadline())
+    async with serve(second_app) as url, httpx.AsyncClient(cookies=cookies) as client:
+        again = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
+    assert again == original
