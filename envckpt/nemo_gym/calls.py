@@ -22,6 +22,14 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.gate import error_from_reply, is_envelope
 from envckpt.nemo_gym.model import RELEASE_PATH
+from envckpt.nemo_gym.resources import APPLICATION_HEADER
+
+
+def keep_application(applications: list[str], response: Any) -> None:
+    """Record which audited application a reply came from (resources gate's header)."""
+    application = response.headers.get(APPLICATION_HEADER)
+    if application:
+        applications.append(str(application))
 
 
 def response_cookies(response: Any) -> dict[str, str]:

@@ -20,7 +20,7 @@ from typing import Any
 from nemo_gym.openai_utils import NeMoGymFunctionCallOutput, NeMoGymResponse
 from nemo_gym.server_utils import get_response_json
 
-from envckpt.nemo_gym.calls import EpisodeCalls, response_cookies
+from envckpt.nemo_gym.calls import EpisodeCalls, keep_application, response_cookies
 from envckpt.nemo_gym.loop_state import (
     add_usage,
     check_loop,
@@ -30,7 +30,6 @@ from envckpt.nemo_gym.loop_state import (
     response_with_output,
     user_message,
 )
-from envckpt.nemo_gym.resources import APPLICATION_HEADER
 from envckpt.nemo_gym.run_state import RunState, plain_json
 
 FLAVOR = "gymnasium_agent"
@@ -89,7 +88,7 @@ class GymnasiumAgentRecipe:
             json=self._request(run).model_dump(),
         )
         run.resources_cookies = response_cookies(reset_resp)
-        _keep_application(run, reset_resp)
+        keep_application(run.applications, reset_resp)
         reset_payload = await get_response_json(reset_resp)
         info = reset_payload.get("info") if isinstance(reset_payload, dict) else None
         if isinstance(info, dict):
@@ -123,7 +122,7 @@ class GymnasiumAgentRecipe:
             calls.require_resources(), "/step", json=step_body, cookies=run.resources_cookies
         )
         step_data = EnvStepResponse.model_validate(await get_response_json(step_resp))
-        _keep_application(run, step_resp)
+        keep_application(run.applications, step_resp)
         loop["reward"] += step_data.reward
         run.resources_cookies = {**run.resources_cookies, **response_cookies(step_resp)}
         loop["step_data"] = step_data.model_dump(mode="json")
@@ -194,9 +193,3 @@ class GymnasiumAgentRecipe:
     def step_of(self, run: RunState) -> int:
         step: int = run.loop.get("step", 0)
         return step
-
-
-def _keep_application(run: RunState, response: Any) -> None:
-    application = response.headers.get(APPLICATION_HEADER)
-    if application:
-        run.applications.append(str(application))

@@ -248,6 +248,3 @@ def launch(
         deployment.stop(grace=2.0)
         raise
     return deployment
-
-
-__all__ = ["CONFIG_BLOCK", "Deployment", "launch", "load_config", "resolve"]

@@ -29,7 +29,7 @@ from nemo_gym.openai_utils import (
 from nemo_gym.server_utils import get_response_json
 from pydantic import ValidationError
 
-from envckpt.nemo_gym.calls import EpisodeCalls, response_cookies
+from envckpt.nemo_gym.calls import EpisodeCalls, keep_application, response_cookies
 from envckpt.nemo_gym.loop_state import (
     add_usage,
     check_loop,
@@ -38,7 +38,6 @@ from envckpt.nemo_gym.loop_state import (
     input_items,
     response_with_output,
 )
-from envckpt.nemo_gym.resources import APPLICATION_HEADER
 from envckpt.nemo_gym.run_state import RunState, plain_json
 
 FLAVOR = "simple_agent"
@@ -93,7 +92,7 @@ class SimpleAgentRecipe:
             json=self._request(run).model_dump(),
         )
         run.resources_cookies = response_cookies(response)
-        _keep_application(run, response)
+        keep_application(run.applications, response)
         run.phase = "loop"
 
     async def turn(self, run: RunState, calls: EpisodeCalls) -> None:
@@ -154,7 +153,7 @@ class SimpleAgentRecipe:
                 )
                 tool_output = (await api_response.read()).decode()
                 run.resources_cookies = {**run.resources_cookies, **response_cookies(api_response)}
-                _keep_application(run, api_response)
+                keep_application(run.applications, api_response)
             loop["outputs"].append(
                 dump_item(
                     NeMoGymFunctionCallOutput(
@@ -195,7 +194,7 @@ class SimpleAgentRecipe:
                 # Upstream verifies with the self-call's cookies: resources and model ones.
                 cookies={**run.resources_cookies, **run.model_cookies},
             )
-            _keep_application(run, verify_response)
+            keep_application(run.applications, verify_response)
             result = await get_response_json(verify_response)
         run.loop["result"] = plain_json(result)
         run.phase = "return"
@@ -221,9 +220,3 @@ class SimpleAgentRecipe:
     def step_of(self, run: RunState) -> int:
         step: int = run.loop.get("step", 0)
         return step
-
-
-def _keep_application(run: RunState, response: Any) -> None:
-    application = response.headers.get(APPLICATION_HEADER)
-    if application:
-        run.applications.append(str(application))
