@@ -39,7 +39,6 @@ from envckpt.http.client import NEMO_GYM_SERVER_TYPES
 from envckpt.nemo_gym.processes import ServerProcess, start_server
 from envckpt.nemo_gym.readiness import read_ready_file
 from envckpt.nemo_gym.settings import (
-    CONFIG_BLOCK,
     READY_FILE_ENV,
     STAGING_TOKEN_ENV,
     STAGING_TOKEN_FILE_ENV,
