@@ -1,0 +1,195 @@
+"""``gymnasium_agent`` as phases: nemo-gym's ``GymnasiumAgent.run`` and its step loop, forked.
+
+Upstream ``run`` resets the environment, then ``_run_open_episode`` loops up
+to ``max_steps``: one model call, then ``/step`` with the model's response,
+stopping when the step says terminated or truncated. Here::
+
+    seed    POST /ng-rollout/<key>/reset  (cookies and the reset observation saved)
+    turn    one pass of the step loop: model call, /step, rewards summed
+    close   at return, POST /close when the environment advertised it
+
+There is no verify phase: the environment's ``/step`` rewards the run. The
+mirrored pieces are fingerprinted in ``upstream.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from nemo_gym.openai_utils import NeMoGymFunctionCallOutput, NeMoGymResponse
+from nemo_gym.server_utils import get_response_json
+
+from envckpt.nemo_gym.calls import EpisodeCalls, keep_application, response_cookies
+from envckpt.nemo_gym.loop_state import (
+    add_usage,
+    check_loop,
+    dump_item,
+    dump_items,
+    input_items,
+    response_with_output,
+    user_message,
+)
+from envckpt.nemo_gym.run_state import RunState, plain_json
+
+FLAVOR = "gymnasium_agent"
+_LOOP_TYPES: dict[str, Any] = {
+    "input": list,
+    "outputs": list,
+    "step": int,
+    "usage": (dict, type(None)),
+    "last_response": (dict, type(None)),
+    "reward": (int, float),
+    "step_data": dict,
+    "supports_close": bool,
+    "idempotent_steps": bool,
+}
+
+
+class GymnasiumAgentRecipe:
+    """The phases of ``GymnasiumAgent.run`` for one agent config."""
+
+    flavor = FLAVOR
+
+    def __init__(self, server: Any) -> None:
+        from responses_api_agents.gymnasium_agent.app import GymnasiumAgentRunRequest
+
+        self.config = server.config
+        self.request_type = GymnasiumAgentRunRequest
+
+    def start(self, body: dict[str, Any]) -> RunState:
+        from resources_servers.gymnasium import EnvStepResponse
+
+        loop = {
+            "input": input_items(body["responses_create_params"]),
+            "outputs": [],
+            "step": 0,
+            "usage": None,
+            "last_response": None,
+            "reward": 0.0,
+            # Upstream's step_data before the first step.
+            "step_data": EnvStepResponse(terminated=False, truncated=True, reward=0.0).model_dump(
+                mode="json"
+            ),
+            "supports_close": False,
+            "idempotent_steps": False,
+        }
+        return RunState(flavor=FLAVOR, body=body, phase="seed", loop=loop)
+
+    def _request(self, run: RunState) -> Any:
+        return self.request_type.model_validate(run.body)
+
+    async def seed(self, run: RunState, calls: EpisodeCalls) -> None:
+        from resources_servers.gymnasium import EnvResetResponse
+
+        reset_resp = await calls.post(
+            calls.require_resources(),
+            calls.resources_path("/reset", prefixed=True),
+            json=self._request(run).model_dump(),
+        )
+        run.resources_cookies = response_cookies(reset_resp)
+        keep_application(run.applications, reset_resp)
+        reset_payload = await get_response_json(reset_resp)
+        info = reset_payload.get("info") if isinstance(reset_payload, dict) else None
+        if isinstance(info, dict):
+            run.loop["supports_close"] = info.get("supports_explicit_close") is True
+            run.loop["idempotent_steps"] = info.get("supports_step_idempotency") is True
+        reset_data = EnvResetResponse.model_validate(reset_payload)
+        if reset_data.observation:
+            run.loop["input"].append(user_message(reset_data.observation))
+        run.phase = "loop"
+
+    async def turn(self, run: RunState, calls: EpisodeCalls) -> None:
+        """One pass of upstream ``_run_open_episode``'s ``for`` loop."""
+        from resources_servers.gymnasium import EnvStepResponse
+
+        loop = run.loop
+        loop["step"] += 1
+        new_body = {**run.body["responses_create_params"], "input": loop["input"] + loop["outputs"]}
+        model_resp = await calls.post(
+            calls.model_server, calls.model_path(), json=new_body, cookies=run.model_cookies or None
+        )
+        model_response = NeMoGymResponse.model_validate(await get_response_json(model_resp))
+        run.model_cookies = response_cookies(model_resp)
+        loop["last_response"] = model_response.model_dump(mode="json")
+        loop["outputs"].extend(dump_items(model_response.output))
+        loop["usage"] = add_usage(loop["usage"], model_response.usage)
+
+        step_body = self._request(run).model_dump() | {"response": model_response.model_dump()}
+        if loop["idempotent_steps"]:
+            step_body["_ng_step_request_id"] = uuid.uuid4().hex
+        step_resp = await calls.post(
+            calls.require_resources(), "/step", json=step_body, cookies=run.resources_cookies
+        )
+        step_data = EnvStepResponse.model_validate(await get_response_json(step_resp))
+        keep_application(run.applications, step_resp)
+        loop["reward"] += step_data.reward
+        run.resources_cookies = {**run.resources_cookies, **response_cookies(step_resp)}
+        loop["step_data"] = step_data.model_dump(mode="json")
+
+        if step_data.terminated or step_data.truncated:
+            run.phase = "return"
+            return
+
+        for tool_output in (step_data.info or {}).get("tool_outputs", []):
+            loop["outputs"].append(
+                dump_item(
+                    NeMoGymFunctionCallOutput(
+                        type="function_call_output",
+                        call_id=tool_output["call_id"],
+                        output=tool_output["output"],
+                    )
+                )
+            )
+        if step_data.observation:
+            loop["outputs"].append(user_message(step_data.observation))
+
+        if loop["step"] >= self.config.max_steps:
+            loop["step_data"] = {**loop["step_data"], "truncated": True}
+            run.phase = "return"
+
+    async def verify(self, run: RunState, calls: EpisodeCalls) -> None:
+        run.phase = "return"  # the environment's /step already rewarded the run
+
+    async def close(self, run: RunState, calls: EpisodeCalls) -> None:
+        if not run.loop["supports_close"]:
+            return
+        try:
+            await calls.post(
+                calls.require_resources(), "/close", json={}, cookies=run.resources_cookies
+            )
+        except Exception as exc:
+            info = run.loop["step_data"].get("info") or {}
+            info["cleanup_warning"] = {
+                "operation": "close",
+                "error_type": type(exc).__name__,
+                "message": str(exc),
+            }
+            run.loop["step_data"]["info"] = plain_json(info)
+
+    def result(self, run: RunState) -> dict[str, Any]:
+        from responses_api_agents.gymnasium_agent.app import GymnasiumRunResponse
+
+        loop = run.loop
+        base_body = {**run.body["responses_create_params"], "input": loop["input"]}
+        last = response_with_output(loop["last_response"], loop["outputs"], loop["usage"])
+        step_data = loop["step_data"]
+        document: dict[str, Any] = GymnasiumRunResponse(
+            responses_create_params=base_body,
+            response=last,
+            reward=loop["reward"],
+            terminated=step_data.get("terminated", False),
+            truncated=step_data.get("truncated", False),
+            info=step_data.get("info") or {},
+        ).model_dump(mode="json")
+        return document
+
+    def validate_loop(self, run: RunState) -> None:
+        check_loop(run.loop, _LOOP_TYPES)
+        if run.phase == "return" and run.loop["last_response"] is None:
+            raise ValueError("a finished gymnasium run has no model response")
+        self._request(run)
+
+    def step_of(self, run: RunState) -> int:
+        step: int = run.loop.get("step", 0)
+        return step

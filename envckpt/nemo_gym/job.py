@@ -1,0 +1,379 @@
+"""A training job over real nemo-gym deployments, as one process: no verdict, just the run.
+
+    spec = JobSpec(directory=d, deployments=(DeploymentSpec("counter", config, agent="agent"),),
+                   tasks=({"rollout_id": "c-0", "shard": "counter", "task": {...}},))
+    spec.save(d / "job.json")
+    python -m envckpt.nemo_gym.job --spec d/job.json --incarnation 1
+
+The process serves the trainer's token-row endpoint, launches every
+deployment (``launcher.launch``, one process per server, children of this
+process so one ``killpg`` takes the whole job down), then runs envckpt's own
+trainer side unchanged: ``HttpTransport.from_nemo_gym_config`` per
+deployment, ``GymCheckpointAdapter``, ``GymEnvironmentCheckpoint``,
+``start_trainer`` (``Restorer`` first, then ``RolloutSnapshotter`` and
+``RolloutJob``). It writes ``events.jsonl`` as it goes and ``results.json``
+at the end; with ``control_run`` it then runs every task once more,
+uninterrupted and without snapshots, on the same deployments
+(``control.json``), for comparing rewards. The checks live with the caller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envckpt.fsutil import atomic_write_bytes
+from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.nemo_gym.settings import write_token_file
+from envckpt.trainer.job import RolloutTask
+
+Emit = Callable[..., None]
+CONTROL_SUFFIX = ".control"
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: the config is a dict
+class DeploymentSpec:
+    """One Gym instance: a nemo-gym config and the agent server its rollouts go to."""
+
+    shard: str
+    config: Mapping[str, Any]
+    agent: str
+
+    @property
+    def instance(self) -> GymCheckpointInstance:
+        return GymCheckpointInstance(self.shard, 0)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything a job process needs; saved as JSON beside its outputs."""
+
+    directory: Path
+    deployments: tuple[DeploymentSpec, ...]
+    tasks: tuple[Mapping[str, Any], ...]  # {"rollout_id", "shard", "task"}
+    snapshot_every: float = 0.5
+    keep_latest_k: int = 3
+    in_flight_per_instance: int | None = 4
+    policy_latency: float = 0.0
+    control_run: bool = False
+    prepare_seconds: float = 30.0
+
+    def rollout_tasks(self) -> list[RolloutTask]:
+        by_shard = {d.shard: d.instance.instance_id for d in self.deployments}
+        return [
+            RolloutTask(
+                rollout_id=t["rollout_id"], instance_id=by_shard[t["shard"]], task=t["task"]
+            )
+            for t in self.tasks
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "deployments": [
+                {"shard": d.shard, "config": dict(d.config), "agent": d.agent}
+                for d in self.deployments
+            ],
+            "tasks": [dict(t) for t in self.tasks],
+            "snapshot_every": self.snapshot_every,
+            "keep_latest_k": self.keep_latest_k,
+            "in_flight_per_instance": self.in_flight_per_instance,
+            "policy_latency": self.policy_latency,
+            "control_run": self.control_run,
+            "prepare_seconds": self.prepare_seconds,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> JobSpec:
+        fields = dict(value)
+        fields["directory"] = Path(fields["directory"])
+        fields["deployments"] = tuple(DeploymentSpec(**d) for d in fields["deployments"])
+        fields["tasks"] = tuple(fields["tasks"])
+        return cls(**fields)
+
+    def save(self, path: Path) -> None:
+        atomic_write_bytes(path, json.dumps(self.to_json(), indent=1, sort_keys=True).encode())
+
+    @classmethod
+    def load(cls, path: Path) -> JobSpec:
+        return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
+def incarnation_config(
+    spec: JobSpec, deployment: DeploymentSpec, *, run_dir: Path, staging_url: str
+) -> dict[str, Any]:
+    """The deployment's config for one incarnation: staging, audit and capture paths filled in."""
+    config = copy.deepcopy(dict(deployment.config))
+    block = dict(config.get("envckpt") or {})
+    block.update(
+        staging_url=staging_url,
+        audit_dir=str(spec.directory / "audit"),
+        scripted_policy_latency=spec.policy_latency,
+    )
+    config["envckpt"] = block
+    capture = dict(config.get("token_id_capture") or {})
+    if capture.get("enabled"):
+        capture["dir"] = str(run_dir / "tokens")
+    config["token_id_capture"] = capture
+    return config
+
+
+class RowSink:
+    """Where token rows go: the trainer's ledger and data plane, or (control run) a dict.
+
+    Rows of the control run belong to no ledger rollout, so they are kept apart.
+    """
+
+    def __init__(self, pending: Any) -> None:
+        self.pending = pending
+        self.control: dict[str, tuple[str, str]] | None = None
+
+    async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
+        if self.control is not None:
+            self.control[staging_key] = (capture_key, payload)
+            return
+        await self.pending.stage(capture_key, staging_key, payload)
+
+
+class EventLog:
+    """``events.jsonl``: one flushed JSON line per event (a SIGKILL loses none written)."""
+
+    def __init__(self, path: Path, *, incarnation: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.incarnation = incarnation
+        self._stream = path.open("a", encoding="utf-8")
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"event": event, "incarnation": self.incarnation, "ts": time.time(), **fields}
+        self._stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of an event log (a line cut by a kill is skipped)."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            events.append(record)
+    return events
+
+
+async def run_job(spec: JobSpec, *, incarnation: int, emit: Emit) -> dict[str, Any]:
+    """Restore (or start fresh), finish every task, write results.json; see the module doc."""
+    from fastapi import FastAPI
+
+    from envckpt.http.serve import serve
+    from envckpt.nemo_gym.staging import staging_router
+    from envckpt.trainer.startup import PendingStaging
+
+    run_dir = spec.directory / f"run-{incarnation}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    control_token, staging_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    control_file = write_token_file(run_dir / "control.token", control_token)
+    staging_file = write_token_file(run_dir / "staging.token", staging_token)
+    rows = RowSink(PendingStaging())
+    app = FastAPI()
+    app.include_router(staging_router(rows.stage, token=staging_token))
+    emit("started", pid=os.getpid())
+    async with serve(app) as trainer_url:
+        deployments = await _launch_all(
+            spec,
+            run_dir=run_dir,
+            staging_url=f"{trainer_url}/rows",
+            token_file=control_file,
+            staging_token_file=staging_file,
+        )
+        emit("launched", servers={d.shard: launched.urls for d, launched in deployments.items()})
+        try:
+            return await _train(spec, deployments, rows, token=control_token, emit=emit)
+        finally:
+            await asyncio.gather(
+                *(asyncio.to_thread(d.stop) for d in deployments.values()), return_exceptions=True
+            )
+
+
+async def _launch_all(
+    spec: JobSpec,
+    *,
+    run_dir: Path,
+    staging_url: str,
+    token_file: Path,
+    staging_token_file: Path,
+) -> dict[DeploymentSpec, Any]:
+    from envckpt.nemo_gym.launcher import launch
+
+    async def one(deployment: DeploymentSpec) -> Any:
+        directory = run_dir / deployment.shard
+        config = incarnation_config(spec, deployment, run_dir=directory, staging_url=staging_url)
+        return await asyncio.to_thread(
+            launch,
+            config,
+            run_dir=directory,
+            token_file=token_file,
+            staging_token_file=staging_token_file,
+        )
+
+    launched = await asyncio.gather(*(one(d) for d in spec.deployments), return_exceptions=True)
+    failures = [outcome for outcome in launched if isinstance(outcome, BaseException)]
+    if failures:
+        for outcome in launched:
+            if not isinstance(outcome, BaseException):
+                await asyncio.to_thread(outcome.stop)
+        raise failures[0]
+    return dict(zip(spec.deployments, launched, strict=True))
+
+
+async def _train(
+    spec: JobSpec,
+    deployments: Mapping[DeploymentSpec, Any],
+    rows: RowSink,
+    *,
+    token: str,
+    emit: Emit,
+) -> dict[str, Any]:
+    from envckpt.coordination.coordinator import Coordinator
+    from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
+    from envckpt.facade.instances import InstanceClient, LocalInstance
+    from envckpt.gym.adapter import GymCheckpointAdapter
+    from envckpt.http.client import HttpTransport
+    from envckpt.nemo_gym.backend import NemoGymBackend
+    from envckpt.trainer.barrier import DataPlaneBarrier
+    from envckpt.trainer.startup import start_trainer
+
+    transports = {
+        d: HttpTransport.from_nemo_gym_config(launched.config, token=token)
+        for d, launched in deployments.items()
+    }
+    instances: list[InstanceClient] = [
+        LocalInstance(GymCheckpointAdapter(instance=d.instance, coordination=Coordinator(t)))
+        for d, t in transports.items()
+    ]
+    backend = NemoGymBackend(
+        {d.instance.instance_id: launched.urls[d.agent] for d, launched in deployments.items()}
+    )
+    facade = GymEnvironmentCheckpoint(
+        instances,
+        timeouts=CheckpointTimeouts(prepare_seconds=spec.prepare_seconds, commit_seconds=60.0),
+    )
+
+    def progress(event: str, fields: Mapping[str, Any]) -> None:
+        if event == "snapshot":
+            result = fields["result"]
+            emit(
+                "snapshot",
+                checkpoint_id=result.checkpoint_id,
+                exported=result.exported_episodes,
+                restarted=result.restarted_rollouts,
+                metrics=result.metrics,
+            )
+        elif event in ("sealed", "dispatched", "snapshot_failed"):
+            emit(event, **fields)
+
+    tasks = spec.rollout_tasks()
+    try:
+        started = await start_trainer(
+            tasks,
+            facade=facade,
+            backend=backend,
+            barrier=DataPlaneBarrier(),
+            root=spec.directory / "snapshots",
+            data_plane_path=spec.directory / "live.sqlite",
+            staging=rows.pending,
+            keep_latest_k=spec.keep_latest_k,
+            max_in_flight_per_instance=spec.in_flight_per_instance,
+            on_progress=progress,
+        )
+        report = started.report
+        emit(
+            "restored",
+            snapshot=None if report.path is None else report.path.name,
+            continued=0 if report.plan is None else len(report.plan.continued),
+            abandoned=0 if report.plan is None else len(report.plan.abandoned),
+            refused=report.refused,
+            finished_before=len(started.results),
+        )
+        try:
+            await started.job.run(snapshot_every=spec.snapshot_every)
+            results = dict(started.results.items())
+        finally:
+            report.data_plane.close()
+        atomic_write_bytes(
+            spec.directory / "results.json", json.dumps(results, sort_keys=True).encode()
+        )
+        emit("done", finished=len(results))
+        if spec.control_run:
+            rows.control = {}
+            control = await run_uninterrupted(backend, tasks)
+            atomic_write_bytes(
+                spec.directory / "control.json", json.dumps(control, sort_keys=True).encode()
+            )
+            emit("control_done", finished=len(control))
+        return results
+    finally:
+        await backend.aclose()
+        for transport in transports.values():
+            await transport.aclose()
+
+
+async def run_uninterrupted(
+    backend: Any, tasks: list[RolloutTask], *, concurrency: int = 8
+) -> dict[str, Any]:
+    """Every task once more as ``<rollout_id>.control``, attempt 0, no snapshot."""
+    from envckpt.episodes import EnvironmentEpisode
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(task: RolloutTask) -> tuple[str, Any]:
+        async with gate:
+            episode = EnvironmentEpisode(f"{task.rollout_id}{CONTROL_SUFFIX}", 0)
+            return task.rollout_id, await backend.run(task.instance_id, episode, task.task)
+
+    return dict(await asyncio.gather(*(one(task) for task in tasks)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import structlog
+
+    parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    args = parser.parse_args(argv)
+    spec = JobSpec.load(args.spec)
+    log = (spec.directory / f"trainer-{args.incarnation}.log").open("a")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso"),
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.WriteLoggerFactory(file=log),
+    )
+    events = EventLog(spec.directory / "events.jsonl", incarnation=args.incarnation)
+    try:
+        asyncio.run(run_job(spec, incarnation=args.incarnation, emit=events.emit))
+    finally:
+        events.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

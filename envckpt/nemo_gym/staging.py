@@ -1,0 +1,96 @@
+"""Token rows from the policy model to the trainer's data plane, over HTTP.
+
+The model server ships each captured token row to the trainer while the
+rollout runs (NeMo RL's TransferQueue does this in production); the trainer's
+end records it under its data-plane cut::
+
+    stager = HttpRowStager("http://trainer:9000/rows", token=token)   # model server side
+    await stager.stage(capture_key, staging_key, payload)              # raises ParticipantError
+
+    app.include_router(staging_router(staging.stage, token=token))     # trainer side: POST /rows
+
+A refusal travels in the protocol's envelope (a row of a superseded attempt
+is ``stale_attempt``), so the model can fail that generation with the same code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import structlog
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from envckpt.errors import ParticipantError
+from envckpt.nemo_gym.gate import envelope_response, error_from_reply
+from envckpt.participant import edge
+
+ROW_FIELDS = ("capture_key", "staging_key", "payload")
+DEFAULT_TIMEOUT = 60.0
+
+RowReceiver = Callable[[str, str, str], "Awaitable[None] | None"]
+
+
+class HttpRowStager:
+    """Posts ``{capture_key, staging_key, payload}`` rows to the trainer, bearer-authenticated."""
+
+    def __init__(self, url: str, *, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.url = url
+        self._headers = {"Authorization": f"Bearer {edge.check_token(token)}"}
+        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False)
+
+    def __repr__(self) -> str:  # the token stays out of reprs and logs
+        return f"HttpRowStager(url={self.url!r})"
+
+    async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
+        body = {"capture_key": capture_key, "staging_key": staging_key, "payload": payload}
+        try:
+            reply = await self._client.post(self.url, json=body, headers=self._headers)
+        except httpx.HTTPError as error:
+            raise ParticipantError(
+                "checkpoint_error", f"staging {staging_key}: {type(error).__name__}: {error}"
+            ) from error
+        if reply.status_code != 200:
+            raise error_from_reply(reply.status_code, reply.text)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def staging_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> APIRouter:
+    """The trainer's ``POST <path>``: ``receive(capture_key, staging_key, payload)`` per row."""
+    token = edge.check_token(token)
+
+    async def endpoint(request: Request) -> JSONResponse:
+        try:
+            if not edge.authorized(request.headers.get("authorization"), token):
+                raise ParticipantError("unauthorized", "missing or wrong bearer token")
+            try:
+                body: Any = json.loads(await request.body())
+            except ValueError as error:
+                raise ParticipantError(
+                    "invalid_request", f"the body is not JSON: {error}"
+                ) from None
+            if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
+                raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")
+            if not all(isinstance(body[name], str) for name in ROW_FIELDS):
+                raise ParticipantError("invalid_request", "row fields must be strings")
+            outcome = receive(body["capture_key"], body["staging_key"], body["payload"])
+            if inspect.isawaitable(outcome):
+                await outcome
+        except ParticipantError as error:
+            return envelope_response(error)
+        except Exception as error:
+            structlog.get_logger("envckpt.nemo_gym").exception("staging a row failed")
+            return envelope_response(
+                ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
+            )
+        return JSONResponse({"staged": body["staging_key"]})
+
+    router = APIRouter()
+    router.add_api_route(path, endpoint, methods=["POST"], response_class=JSONResponse)
+    return router

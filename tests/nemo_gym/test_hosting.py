@@ -1,0 +1,77 @@
+"""Tests of adding envckpt's participant to nemo-gym server classes."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+pytest.importorskip("responses_api_agents.simple_agent.app")
+
+from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
+from resources_servers.example_session_state_mgmt.app import StatefulCounterResourcesServer
+from responses_api_agents.gymnasium_agent.app import GymnasiumAgent
+from responses_api_agents.simple_agent.app import SimpleAgent
+from responses_api_models.vllm_model.app import VLLMModel
+
+from envckpt.http.serve import serve
+from envckpt.nemo_gym.hosting import checkpointable, kind_of, same_name_subclass
+
+from helpers.http_deployment import TOKEN
+from helpers.nemo_gym_servers import hosted
+
+
+def test_the_subclass_keeps_the_base_class_identity() -> None:
+    """Name, qualname and module stay, so nemo-gym's cookie secret is unchanged; Ray is off."""
+    for cls in (StatefulCounterResourcesServer, SimpleAgent, GymnasiumAgent, VLLMModel):
+        sub = checkpointable(cls, token=TOKEN)
+        assert (sub.__name__, sub.__qualname__, sub.__module__) == (
+            cls.__name__,
+            cls.__qualname__,
+            cls.__module__,
+        )
+        assert issubclass(sub, cls)
+        assert sub.ray_enabled is False
+    assert (
+        same_name_subclass(StatefulCounterResourcesServer, {}).__name__
+        == "StatefulCounterResourcesServer"
+    )
+
+
+def test_kinds() -> None:
+    """Resources, model and agent classes map to their participant kinds; others are refused."""
+    assert kind_of(StatefulCounterResourcesServer) == "resources"
+    assert kind_of(VLLMModel) == "model"
+    assert kind_of(SimpleAgent) == "agent"
+    with pytest.raises(TypeError):
+        kind_of(int)
+
+
+def test_an_agent_without_a_forked_loop_is_refused() -> None:
+    """Only simple_agent and gymnasium_agent have a checkpointable /run."""
+
+    class OtherAgent(SimpleResponsesAPIAgent):
+        ray_enabled = False
+
+        async def responses(self, body=None):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+        async def run(self, body=None):  # type: ignore[no-untyped-def]
+            raise NotImplementedError
+
+    with pytest.raises(TypeError, match="simple_agent and gymnasium_agent"):
+        checkpointable(OtherAgent, token=TOKEN)
+
+
+async def test_control_routes_are_mounted_beside_the_servers_own() -> None:
+    """A hosted server answers status with its token, refuses without it, and keeps its routes."""
+    server, app = hosted(StatefulCounterResourcesServer, "counter")
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        status = await client.get(
+            f"{url}/ng-control/v1/checkpoint/status", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert status.json()["kind"] == "resources"
+        assert status.json()["mode"] == "export_restore"
+        unauthorized = await client.get(f"{url}/ng-control/v1/checkpoint/status")
+        assert unauthorized.status_code == 401
+        assert (await client.get(f"{url}/reverify_mode")).status_code == 200
+    assert server.envckpt.core.server_name == "counter"

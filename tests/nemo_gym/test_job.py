@@ -1,0 +1,204 @@
+"""End to end: a training job over two real nemo-gym deployments, SIGKILLed and restored.
+
+The job process (trainer plus every server, one process group) runs until a
+snapshot saved rollouts mid-loop, then the whole group is SIGKILLed. Fresh
+processes restore and finish. The evidence comes only from the files left:
+results, an uninterrupted control run, the resources servers' audit, the
+trainer's data plane.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("responses_api_agents.simple_agent.app")
+
+from envckpt.nemo_gym import evidence, examples
+from envckpt.nemo_gym.job import DeploymentSpec, JobSpec, read_events
+from envckpt.trainer.dataplane import SqliteDataPlane
+
+
+def job_spec(directory: Path, *, counters: int, multi_turns: int) -> JobSpec:
+    tasks = [
+        {"rollout_id": f"count-{i}", "shard": "counter", "task": task}
+        for i, task in enumerate(examples.counter_tasks(counters))
+    ]
+    tasks += [
+        {"rollout_id": f"talk-{i}", "shard": "multi", "task": task}
+        for i, task in enumerate(examples.multi_turn_tasks(multi_turns))
+    ]
+    return JobSpec(
+        directory=directory,
+        deployments=(
+            DeploymentSpec("counter", examples.counter_config(), agent="counter_agent"),
+            DeploymentSpec("multi", examples.multi_turn_config(), agent="multi_turn_agent"),
+        ),
+        tasks=tuple(tasks),
+        snapshot_every=0.3,
+        policy_latency=0.15,
+        in_flight_per_instance=3,
+        control_run=True,
+    )
+
+
+def start(spec: JobSpec, incarnation: int) -> subprocess.Popen[bytes]:
+    with (spec.directory / f"job-{incarnation}.out").open("ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "envckpt.nemo_gym.job",
+                "--spec",
+                str(spec.directory / "job.json"),
+                "--incarnation",
+                str(incarnation),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: trainer and servers
+        )
+
+
+def kill_group_after_snapshot(
+    spec: JobSpec, job: subprocess.Popen[bytes], *, timeout: float
+) -> dict[str, Any]:
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        events = [e for e in read_events(spec.directory / "events.jsonl") if e["incarnation"] == 1]
+        saved = [e for e in events if e["event"] == "snapshot" and e["exported"] >= 2]
+        if saved:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            return saved[-1]
+        assert job.poll() is None, (spec.directory / "job-1.out").read_text()[-3000:]
+        time.sleep(0.02)
+    raise TimeoutError("no snapshot with rollouts in flight")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def data_plane_rows(path: Path) -> dict[str, tuple[str, str]]:
+    rows = {}
+    with SqliteDataPlane(path) as plane:
+        for key in sorted(plane.keys()):
+            row = plane.get(key)
+            assert row is not None
+            rows[key] = (row.capture_key, row.payload.decode())
+    return rows
+
+
+def run_and_check(spec: JobSpec) -> None:
+    spec.directory.mkdir(parents=True, exist_ok=True)
+    spec.save(spec.directory / "job.json")
+    first = start(spec, 1)
+    try:
+        snapshot = kill_group_after_snapshot(spec, first, timeout=240)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while group_alive(first.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not group_alive(first.pid), "a server survived the SIGKILL of its job's group"
+    second = start(spec, 2)
+    assert second.wait(timeout=240) == 0, (spec.directory / "job-2.out").read_text()[-3000:]
+
+    events = read_events(spec.directory / "events.jsonl")
+    restored = next(e for e in events if e["incarnation"] == 2 and e["event"] == "restored")
+    assert restored["snapshot"] is not None and restored["continued"] >= 1, restored
+    results = json.loads((spec.directory / "results.json").read_text())
+    control = json.loads((spec.directory / "control.json").read_text())
+    tasks = {t["rollout_id"]: t["task"] for t in spec.tasks}
+    assert set(results) == set(tasks)
+    assert evidence.reward_mismatches(results, control) == []
+    assert all(result["reward"] == 1.0 for result in results.values())
+    audit = evidence.read_jsonl(sorted((spec.directory / "audit").glob("*.audit.jsonl")))
+    assert evidence.audit_problems(results, audit, tasks) == []
+    rows = data_plane_rows(spec.directory / "live.sqlite")
+    assert evidence.token_row_problems(results, rows) == []
+    continued = evidence.continued_from_turn(results)
+    assert continued, f"no rollout continued from a saved turn (snapshot {snapshot})"
+    # A continued rollout finished as the attempt after the saved one, keeping the saved rows.
+    for rid in continued:
+        assert results[rid]["envckpt"]["attempt"] >= 1
+        assert any(
+            not key.startswith(results[rid]["envckpt"]["capture_key"] + "/")
+            for key in results[rid]["staging_keys"]
+        )
+
+
+def test_job_killed_after_a_snapshot_finishes_in_fresh_processes(tmp_path: Path) -> None:
+    """Rewards equal the uninterrupted run's, increments applied once, token rows consistent."""
+    run_and_check(job_spec(tmp_path / "job", counters=6, multi_turns=4))
+
+
+@pytest.mark.slow
+def test_larger_job_killed_after_a_snapshot(tmp_path: Path) -> None:
+    """The same with more rollouts per deployment."""
+    run_and_check(job_spec(tmp_path / "job", counters=16, multi_turns=12))
+
+
+def test_spec_round_trips_and_names_instances(tmp_path: Path) -> None:
+    """A saved spec loads back equal; each task lands on its deployment's instance."""
+    spec = job_spec(tmp_path, counters=2, multi_turns=1)
+    spec.save(tmp_path / "job.json")
+    loaded = JobSpec.load(tmp_path / "job.json")
+    assert loaded.to_json() == spec.to_json()
+    assert [t.instance_id for t in loaded.rollout_tasks()] == [
+        "counter/replica-0",
+        "counter/replica-0",
+        "multi/replica-0",
+    ]
+
+
+def test_each_incarnation_gets_its_own_capture_dir_and_the_trainer_endpoint(tmp_path: Path) -> None:
+    """Staging URL, audit dir and policy latency go to the envckpt block; capture dir per run."""
+    from envckpt.nemo_gym.job import incarnation_config
+
+    spec = job_spec(tmp_path, counters=1, multi_turns=1)
+    config = incarnation_config(
+        spec,
+        spec.deployments[0],
+        run_dir=tmp_path / "run-2" / "counter",
+        staging_url="http://t/rows",
+    )
+    assert config["envckpt"]["staging_url"] == "http://t/rows"
+    assert config["envckpt"]["audit_dir"] == str(tmp_path / "audit")
+    assert config["token_id_capture"]["dir"] == str(tmp_path / "run-2" / "counter" / "tokens")
+    assert "staging_url" not in spec.deployments[0].config["envckpt"]  # the spec is untouched
+
+
+async def test_control_rows_stay_out_of_the_ledger() -> None:
+    """After the job, rows of the uninterrupted control run are kept apart."""
+    from envckpt.nemo_gym.job import RowSink
+
+    class Pending:
+        def __init__(self) -> None:
+            self.rows: list[str] = []
+
+        async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
+            self.rows.append(staging_key)
+
+    pending = Pending()
+    sink = RowSink(pending)
+    await sink.stage("r1", "r1/a", "{}")
+    sink.control = {}
+    await sink.stage("r1.control", "r1.control/b", "{}")
+    assert pending.rows == ["r1/a"]
+    assert sink.control == {"r1.control/b": ("r1.control", "{}")}

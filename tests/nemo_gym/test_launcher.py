@@ -1,0 +1,74 @@
+"""Tests of the Ray-free launcher: real server processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+pytest.importorskip("resources_servers.example_session_state_mgmt.app")
+
+from envckpt.nemo_gym.launcher import launch, resolve, server_names
+from envckpt.nemo_gym.settings import write_token_file
+
+from helpers.http_deployment import TOKEN
+
+COUNTER = {
+    "counter": {
+        "resources_servers": {
+            "example_session_state_mgmt": {"entrypoint": "app.py", "domain": "agent"}
+        }
+    }
+}
+
+
+def test_resolve_fills_hosts_ports_and_what_nemo_gym_reads() -> None:
+    """Every server gets 127.0.0.1 and a free port; an explicit port is kept; head_server is set."""
+    config = {
+        **COUNTER,
+        "other": {"resources_servers": {"x": {"entrypoint": "app.py", "port": 12345}}},
+    }
+    resolved = resolve(config)
+    inner = resolved["counter"]["resources_servers"]["example_session_state_mgmt"]
+    assert inner["host"] == "127.0.0.1" and inner["port"] > 0
+    assert resolved["other"]["resources_servers"]["x"]["port"] == 12345
+    assert set(resolved["head_server"]) == {"host", "port"}
+    assert resolved["dry_run"] is False
+    assert server_names(resolved) == ["counter", "other"]
+
+
+@pytest.mark.parametrize("preload", [False, True])
+def test_a_yaml_config_starts_and_sigterm_stops_it(tmp_path: Path, preload: bool) -> None:
+    """From a YAML file: the server answers with its control routes; SIGTERM stops it cleanly."""
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(COUNTER))
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    deployment = launch(
+        config_file, run_dir=tmp_path / "run", token_file=token_file, preload=preload
+    )
+    try:
+        url = deployment.urls["counter"]
+        status = httpx.get(
+            f"{url}/ng-control/v1/checkpoint/status", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert status.json()["server_name"] == "counter"
+        pid = deployment.pids()["counter"]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert TOKEN.encode() not in cmdline  # secrets never on a command line
+    finally:
+        codes = deployment.stop()
+    assert codes["counter"] in (0, -signal.SIGTERM)  # stopped by SIGTERM, not killed
+    assert not any(deployment.alive().values())
+
+
+def test_a_server_that_cannot_start_fails_the_launch(tmp_path: Path) -> None:
+    """A token file others can read makes the server refuse to start, and launch says so."""
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    os.chmod(token_file, 0o644)
+    with pytest.raises(RuntimeError, match="exited during startup"):
+        launch(COUNTER, run_dir=tmp_path / "run", token_file=token_file, startup_timeout=60)
+    assert "chmod 600" in (tmp_path / "run" / "counter.log").read_text()
