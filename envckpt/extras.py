@@ -1,6 +1,6 @@
 """Optional extras: a clear error naming the extra to install, instead of a bare import failure.
 
-    fastapi = require("fastapi", extra="http")    # MissingExtra if not installed
+fastapi = require("fastapi", extra="http")    # MissingExtra if not installed
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from envckpt.nemo_gym.run_state import (
     task_of,
 )
 from envckpt.participant.core import ParticipantCore
+from envckpt.protocol import Phase
 
 PARK_FIRST_SECONDS = 0.02
 PARK_MAX_SECONDS = 0.25
@@ -114,7 +115,9 @@ class AgentRuntime:
             return await work
         except asyncio.CancelledError:
             caller = asyncio.current_task()
-            if (caller is None or caller.cancelling() == 0) and not self.core.is_current(episode):
+            if (caller is None or caller.cancelling() == 0) and not self.core.fence.is_current(
+                episode
+            ):
                 raise ParticipantError(
                     "stale_attempt", f"{episode.capture_key} was retired while running"
                 ) from None
@@ -152,7 +155,7 @@ class AgentRuntime:
                 return self._result(episode, work, staging_keys)
             step = self._phase_step(work.phase)
             await step(work, calls)
-            if not self.core.is_current(episode):
+            if not self.core.fence.is_current(episode):
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
             self._runs[episode] = work
             return None
@@ -189,7 +192,7 @@ class AgentRuntime:
                 await asyncio.sleep(delay)
                 delay = min(PARK_MAX_SECONDS, delay * 2)
                 await self.core.expire_if_due()  # a lapsed lease reopens admission
-                if self.core.phase == "idle":
+                if self.core.phase is Phase.IDLE:
                     return
         finally:
             self._parked.discard(episode)

@@ -34,6 +34,7 @@ from typing import Any
 
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.machines.tables import LedgerStatus
 from envckpt.nemo_gym.settings import write_token_file
 from envckpt.trainer.job import RolloutTask
 
@@ -285,7 +286,7 @@ async def _train(
                 restarted=result.restarted_rollouts,
                 metrics=result.metrics,
             )
-        elif event in ("sealed", "dispatched", "snapshot_failed"):
+        elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED, "snapshot_failed"):
             emit(event, **fields)
 
     tasks = spec.rollout_tasks()

@@ -140,7 +140,7 @@ class ModelParticipant:
             await self.stager.aclose()
 
     def _require_current(self, episode: EnvironmentEpisode) -> None:
-        if not self.core.is_current(episode):
+        if not self.core.fence.is_current(episode):
             raise ParticipantError("stale_attempt", f"{episode.capture_key} is not current")
 
     async def first_sight(self, episode: EnvironmentEpisode) -> None:

@@ -241,7 +241,7 @@ class SessionGate:
         exchange = _Exchange(participant, episode, route, scope)
         try:
             async with participant.core.admit(episode):
-                if not participant.core.is_current(episode):
+                if not participant.core.fence.is_current(episode):
                     raise refuse("stale_attempt", f"{episode.capture_key} is not current")
                 await self.app(scope, exchange.receive(receive), exchange.send(send))
         except ParticipantError as error:

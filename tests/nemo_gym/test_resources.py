@@ -104,7 +104,7 @@ async def test_verify_ends_the_session_and_the_rollout_can_be_forgotten() -> Non
         verified = await client.post(f"{url}/ng-rollout/r1/verify", json=body)
         assert verified.json()["reward"] == 1.0
         assert server.envckpt.live_episodes() == frozenset()
-        while core.in_flight():  # the handler returns just after its reply left
+        while core.fence.in_flight():  # the handler returns just after its reply left
             await asyncio.sleep(0.01)
         assert await core.forget(
             mint_checkpoint_id("f"), deadline_ts=deadline(), rollout_ids=["r1"]
