@@ -120,9 +120,9 @@ def overlay(table: MachineTable[Any], records: Iterable[TransitionRecord]) -> st
         "---",
         "title: "
         + yaml_quoted(
-            f"{table.name}: {len(runs)} transitions in {models}"
-            f" {'machine' if models == 1 else 'machines'}"
-            f" · thick: fired {TIMES}N · dotted: never fired · grey: never entered"
+            f"{table.name}: {len(runs)} transitions, {models}"
+            f" instance {'id' if models == 1 else 'ids'}"
+            f" · thick: fired {TIMES}N · dotted: never · grey: not entered"
         ),
         *FRONT_MATTER_CONFIG,
         "---",

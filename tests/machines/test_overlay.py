@@ -150,8 +150,8 @@ def test_unvisited_states_are_grey_and_the_legend_is_in_the_title() -> None:
     lines = overlay(PARTICIPANT_PHASES, runs).splitlines()
     assert "    class s_committed,s_restored unvisited" in lines
     title = lines[1]
-    assert title.startswith('title: "participant_phases: 3 transitions in 1 machine')
-    assert "thick: fired" in title and "dotted: never fired" in title and "grey" in title
+    assert title.startswith('title: "participant_phases: 3 transitions, 1 instance id ·')
+    assert "thick: fired" in title and "dotted: never" in title and "grey: not entered" in title
     classdefs = [line for line in lines if line.startswith("    classDef ")]
     assert classdefs[-1].startswith("    classDef unvisited ")  # last: grey wins
 

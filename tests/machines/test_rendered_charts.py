@@ -23,7 +23,7 @@ from envckpt.machines.overlay import overlay
 from envckpt.machines.renderer import RendererMissing, find_renderer, render_svgs
 from envckpt.machines.svg_layout import SvgLayout, read_svg
 from envckpt.machines.table import MachineTable
-from envckpt.machines.tables import ALL_TABLES
+from envckpt.machines.tables import ALL_TABLES, INSTANCE_LIFECYCLE, SNAPSHOT_SESSION
 
 # A GitHub page shows about 1000 px before it shrinks a chart (and its text).
 MAX_WIDTH = 1000
@@ -31,6 +31,30 @@ MAX_WIDTH = 1000
 MAX_CROSSINGS = 3
 TABLES = {table.name: table for table in ALL_TABLES}
 CHARTS = [*TABLES, *(f"{name}.overlay" for name in TABLES)]
+
+
+def flat_chart(table: MachineTable[Any]) -> str:
+    """The chart as it was drawn before layouts: one edge per transition, notes at the end."""
+    lines = ["stateDiagram-v2", f"    [*] --> {table.initial}"]
+    lines += [f"    {source} --> {dest}: {trigger}" for source, trigger, dest in table.edges()]
+    for state, text in table.state_notes:
+        lines += [f"    note right of {state}", f"        {text}", "    end note"]
+    return "\n".join(lines) + "\n"
+
+
+# Charts the checks must reject, rendered in the same browser session.
+TAMPERED = {
+    "tampered.flat": flat_chart(INSTANCE_LIFECYCLE),
+    "tampered.no_check_cut": mermaid(SNAPSHOT_SESSION).replace(
+        "    committed --> verified: check_cut\n", ""
+    ),
+}
+
+
+def missing_triggers(layout: SvgLayout, table: MachineTable[Any]) -> list[str]:
+    """The table's triggers whose names appear nowhere in the rendered text."""
+    words = {word for text in layout.texts() for word in re.split(r"[\s,]+", text)}
+    return [trigger for trigger in table.triggers if trigger not in words]
 
 
 def sample_run(table: MachineTable[Any], steps: int = 12) -> list[TransitionRecord]:
@@ -62,6 +86,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SvgLayout]:
     charts |= {
         f"{name}.overlay": overlay(table, sample_run(table)) for name, table in TABLES.items()
     }
+    charts |= TAMPERED
     out = tmp_path_factory.mktemp("svg")
     paths = render_svgs(charts, out)
     assert paths == [out / f"{name}.svg" for name in charts]
@@ -78,9 +103,7 @@ def _table(name: str) -> MachineTable[Any]:
 @pytest.mark.parametrize("name", CHARTS)
 def test_every_trigger_is_shown(rendered: dict[str, SvgLayout], name: str) -> None:
     """Each trigger's name is in the rendered text: on an edge or as a state's self-loop."""
-    words = {word for text in rendered[name].texts() for word in re.split(r"[\s,]+", text)}
-    missing = [trigger for trigger in _table(name).triggers if trigger not in words]
-    assert missing == []
+    assert missing_triggers(rendered[name], _table(name)) == []
 
 
 @pytest.mark.parametrize("name", CHARTS)
@@ -107,3 +130,17 @@ def test_no_label_covers_another_or_a_state(rendered: dict[str, SvgLayout], name
 def test_edges_seldom_cross(rendered: dict[str, SvgLayout], name: str) -> None:
     """Edge crossings stay within the measured bound."""
     assert rendered[name].crossings() <= MAX_CROSSINGS
+
+
+def test_the_checks_reject_the_old_flat_chart(rendered: dict[str, SvgLayout]) -> None:
+    """One edge per transition: too wide, self-loops dropped, labels on labels, crossings."""
+    flat = rendered["tampered.flat"]
+    assert flat.width > MAX_WIDTH
+    assert len(flat.edges) < len(list(INSTANCE_LIFECYCLE.edges())) + 1
+    assert flat.overlapping_labels() != []
+    assert flat.crossings() > MAX_CROSSINGS
+
+
+def test_the_checks_notice_a_trigger_left_out(rendered: dict[str, SvgLayout]) -> None:
+    """A chart missing its only check_cut edge is caught by the trigger check."""
+    assert missing_triggers(rendered["tampered.no_check_cut"], SNAPSHOT_SESSION) == ["check_cut"]
