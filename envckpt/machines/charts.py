@@ -147,7 +147,7 @@ def drawing(table: MachineTable[Any]) -> Drawing:
             for state in box_states.get(source, {source})
             if state in happy and dest in happy and happy[dest] == happy[state] + 1
         ]
-        return (0, steps[0], first_row[pair]) if steps else (1, 0, first_row[pair])
+        return (0, min(steps), first_row[pair]) if steps else (1, 0, first_row[pair])
 
     edges = tuple(
         Edge(source, dest, tuple(drawn[(source, dest)]))
