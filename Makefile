@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck pytest bench statecharts clean
+.PHONY: demo test install lint typecheck pytest bench statecharts mermaid clean
 
 demo: $(STAMP)
 	$(BIN)/envckpt demo
@@ -19,8 +19,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+# The real Mermaid renderer behind `envckpt statecharts --render` and its test:
+# Debian's chromium, and mermaid-cli pinned in tools/mermaid (no browser download).
+MERMAID := tools/mermaid
+MERMAID_STAMP := $(MERMAID)/node_modules/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+mermaid: $(MERMAID_STAMP)
+
+$(MERMAID_STAMP): $(MERMAID)/package.json $(MERMAID)/package-lock.json
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q chromium; }
+	command -v npm >/dev/null || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q nodejs npm; }
+	cd $(MERMAID) && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund
+	touch $@
+
+pytest: $(STAMP) $(MERMAID_STAMP)
+	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

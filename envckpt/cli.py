@@ -1,6 +1,8 @@
 """The ``envckpt`` console script: a thin argparse front over the library.
 
-    envckpt statecharts [--dir statecharts] [--check | --svg | --overlay LOG --machine NAME]
+    envckpt statecharts [--dir statecharts] [--docs docs] [--check]
+    envckpt statecharts --render DIR                      # one SVG per machine
+    envckpt statecharts --overlay LOG [LOG ...] --machine NAME [--render DIR]
     envckpt demo [ARGS...]        # every argument goes to envckpt.demo.main
 
 ``main`` returns the exit code instead of exiting, so tests call it directly.
@@ -14,7 +16,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from envckpt import statecharts
+from envckpt.machines import embeds
+from envckpt.machines.charts import mermaid
+from envckpt.machines.overlay import NoTransitions, load_records, overlay
+from envckpt.machines.renderer import RendererMissing, RenderFailed, render_svgs
+from envckpt.machines.svg_layout import read_svg
 from envckpt.machines.tables import ALL_TABLES
 
 
@@ -26,33 +32,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     charts = commands.add_parser(
         "statecharts",
-        help="regenerate, check or overlay the machine statecharts",
-        description="Write the statecharts generated from the machine tables into --dir.",
+        help="regenerate, check, render or overlay the machine statecharts",
+        description="Write the statecharts generated from the machine tables into --dir"
+        " and refill the charts embedded in --docs.",
     )
     charts.add_argument(
         "--dir", type=Path, default=Path("statecharts"), help="target directory (%(default)s)"
-    )
-    mode = charts.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 if any file is out of date"
-    )
-    mode.add_argument(
-        "--svg", action="store_true", help="also write <name>.svg (needs Graphviz dot)"
-    )
-    mode.add_argument(
-        "--overlay",
-        type=Path,
-        metavar="LOGFILE",
-        help="print a chart of the transitions a JSON-lines log recorded (needs --machine)",
-    )
-    charts.add_argument(
-        "--machine", choices=[table.name for table in ALL_TABLES], help="machine to overlay"
     )
     charts.add_argument(
         "--docs",
         type=Path,
         default=Path("docs"),
         help="Markdown whose statechart regions are refilled and checked too (%(default)s)",
+    )
+    charts.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if any file is out of date"
+    )
+    charts.add_argument(
+        "--render",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/<machine>.svg (or the overlay's SVG) with the real Mermaid renderer",
+    )
+    charts.add_argument(
+        "--overlay",
+        type=Path,
+        nargs="+",
+        metavar="LOG",
+        help="draw the transitions JSON-lines logs recorded (needs --machine)",
+    )
+    charts.add_argument(
+        "--machine", choices=[table.name for table in ALL_TABLES], help="machine to overlay"
     )
 
     # Declared for --help only: main() forwards the raw arguments before parsing.
@@ -69,24 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "statecharts":
         if (args.overlay is None) != (args.machine is None):
             parser.error("--overlay and --machine go together")
+        if args.check and (args.render is not None or args.overlay is not None):
+            parser.error("--check writes nothing: it cannot be combined with --render or --overlay")
         return _statecharts(args)
     parser.print_help(sys.stderr)
     return 2
 
 
 def _statecharts(args: argparse.Namespace) -> int:
-    directory: Path = args.dir
     if args.overlay is not None:
-        table = next(table for table in ALL_TABLES if table.name == args.machine)
-        try:
-            records = statecharts.load_records(args.overlay)
-        except (OSError, ValueError) as exc:
-            print(f"envckpt statecharts: {exc}", file=sys.stderr)
-            return 2
-        sys.stdout.write(statecharts.overlay(table, records))
-        return 0
+        return _overlay(args)
+    if args.render is not None:
+        return _render({table.name: mermaid(table) for table in ALL_TABLES}, args.render)
+    directory: Path = args.dir
     if args.check:
-        problems = statecharts.check(directory) + statecharts.check_docs(args.docs)
+        problems = embeds.check(directory) + embeds.check_docs(args.docs)
         for problem in problems:
             print(problem, file=sys.stderr)
         if problems:
@@ -97,17 +104,42 @@ def _statecharts(args: argparse.Namespace) -> int:
             return 1
         print(f"{directory}: statecharts up to date")
         return 0
-    changed = statecharts.write(directory) + statecharts.write_docs(args.docs)
+    changed = embeds.write(directory) + embeds.write_docs(args.docs)
     for path in changed:
         print(f"updated {path}")
     if not changed:
         print(f"{directory}: statecharts up to date")
-    if args.svg:
-        written = statecharts.svg(directory)
-        for path in written:
-            print(f"wrote {path}")
-        if not written:
-            print("Graphviz dot not found; no SVG written", file=sys.stderr)
+    return 0
+
+
+def _overlay(args: argparse.Namespace) -> int:
+    table = next(table for table in ALL_TABLES if table.name == args.machine)
+    try:
+        chart = overlay(table, load_records(args.overlay))
+    except NoTransitions as exc:
+        logs = ", ".join(str(path) for path in args.overlay)
+        print(f"envckpt statecharts: nothing to draw: {exc} in {logs}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"envckpt statecharts: {exc}", file=sys.stderr)
+        return 2
+    if args.render is None:
+        sys.stdout.write(chart)
+        return 0
+    return _render({f"{table.name}.overlay": chart}, args.render)
+
+
+def _render(charts: dict[str, str], directory: Path) -> int:
+    try:
+        written = render_svgs(charts, directory)
+    except RendererMissing as exc:
+        print(f"envckpt statecharts: cannot render: {exc}", file=sys.stderr)
+        return 2
+    except RenderFailed as exc:
+        print(f"envckpt statecharts: {exc}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}: {read_svg(path.read_text(encoding='utf-8')).summary()}")
     return 0
 
 

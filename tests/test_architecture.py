@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deployments", ("sim", "nemo_gym")),
     (
         "applications",
-        ("demo", "cli", "__main__", "__init__", "statecharts", "config", "snapshots"),
+        ("demo", "cli", "__main__", "__init__", "config", "snapshots"),
     ),
 )
 PRODUCT_MAY_NOT_IMPORT = ("sim", "demo")

@@ -12,14 +12,19 @@ the same table, so what reviewers see is what runs.
                                                   Row("knock", (Door.SHUT,), STAYS)))
     table.destination(Door.SHUT, "open")     # Door.OPEN
     table.destination(Door.OPEN, "open")     # None: refused
+
+A table may also say how its chart is drawn (``ChartLayout``: a direction, the
+happy path, the failure states and the boxes), which changes the picture and
+never what is legal.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 S = TypeVar("S", bound=StrEnum)
 
@@ -52,7 +57,7 @@ class Row(Generic[S]):
 
 @dataclass(frozen=True, slots=True)
 class StateGroup(Generic[S]):
-    """A named set of states the code asks about (and charts may draw as one box)."""
+    """A named set of states (the code asks about it, or a chart draws it as one box)."""
 
     name: str
     states: frozenset[S]
@@ -60,6 +65,72 @@ class StateGroup(Generic[S]):
 
     def __contains__(self, state: object) -> bool:
         return state in self.states
+
+    @property
+    def key(self) -> str:
+        """The name as an identifier: "checkpoint open" -> "checkpoint_open"."""
+        return re.sub(r"\W+", "_", self.name).strip("_")
+
+
+class Role(StrEnum):
+    """What a state means for a reader of the chart (its colour)."""
+
+    HAPPY_PATH = "happy path"
+    FAILURE = "failure"
+    OTHER = "other"
+
+
+Direction = Literal["TB", "LR"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChartLayout(Generic[S]):
+    """How a table's chart is drawn; nothing here changes what is legal.
+
+    ``happy_path`` lists the states of the main line in order (drawn first and
+    green); ``failure`` states remember a failure (drawn red). ``boxes`` are
+    drawn as composite states: each is one of the table's ``groups`` (a set the
+    code uses) or a set that exists only for the chart; two boxes are disjoint
+    or one holds the other. A trigger that every state of a box has, to the
+    same destination outside it, is drawn once, from the box.
+    """
+
+    direction: Direction = "TB"
+    happy_path: tuple[S, ...] = ()
+    failure: frozenset[S] = frozenset()
+    boxes: tuple[StateGroup[S], ...] = ()
+
+    def role(self, state: S) -> Role:
+        if state in self.happy_path:
+            return Role.HAPPY_PATH
+        return Role.FAILURE if state in self.failure else Role.OTHER
+
+    def problems(self, states: frozenset[S]) -> list[str]:
+        """What is wrong with this layout for a table of ``states``; empty when sound."""
+        found = []
+        for what, named in (
+            ("happy path", set(self.happy_path)),
+            ("failure", self.failure),
+            *((f"box {box.name}", box.states) for box in self.boxes),
+        ):
+            unknown = set(named) - states
+            if unknown:
+                found.append(f"chart {what} names unknown states {sorted(unknown)}")
+        if len(set(self.happy_path)) != len(self.happy_path):
+            found.append("chart happy path names a state twice")
+        if set(self.happy_path) & self.failure:
+            found.append("chart: a state on the happy path is also a failure")
+        keys = [box.key for box in self.boxes]
+        if len(set(keys)) != len(keys) or set(keys) & set(states):
+            found.append(f"chart box names clash with each other or a state: {keys}")
+        for number, box in enumerate(self.boxes):
+            if not box.states:
+                found.append(f"chart box {box.name} is empty")
+            for other in self.boxes[number + 1 :]:
+                shared = box.states & other.states
+                if shared and shared not in (box.states, other.states):
+                    found.append(f"chart boxes {box.name} and {other.name} overlap")
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +140,8 @@ class MachineTable(Generic[S]):
     ``terminal`` states end the machine: they have no exit, and every other
     state must have one (the tests check both). ``groups`` name the sets of
     states the code tests membership of, so that no caller repeats a list of
-    states. ``state_notes`` are shown beside their state on the charts.
+    states. ``state_notes`` are shown beside their state on the charts, and
+    ``chart`` says how the chart is drawn.
     """
 
     name: str
@@ -80,6 +152,7 @@ class MachineTable(Generic[S]):
     terminal: frozenset[S] = field(default=frozenset())
     groups: tuple[StateGroup[S], ...] = field(default=())
     state_notes: tuple[tuple[S, str], ...] = field(default=())
+    chart: ChartLayout[S] = field(default_factory=ChartLayout)
     # (state, trigger) -> destination, built once: legality is checked on every call.
     _index: dict[tuple[str, str], S] = field(
         init=False, repr=False, compare=False, hash=False, default_factory=dict
@@ -99,6 +172,9 @@ class MachineTable(Generic[S]):
             unknown = set(states) - known
             if unknown:
                 raise ValueError(f"{self.name}: {what} names unknown states {sorted(unknown)}")
+        problems = self.chart.problems(frozenset(known))
+        if problems:
+            raise ValueError(f"{self.name}: {'; '.join(problems)}")
         seen: set[tuple[S, str]] = set()
         for row in self.rows:
             for source in row.sources:

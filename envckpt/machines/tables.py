@@ -14,6 +14,11 @@ flag beside it; every state is reachable and every non-terminal state has a
 way out; a row never depends on anything but (state, trigger), so a refusal
 needs no I/O. Sets of states the code asks about are named here (the
 ``StateGroup`` constants below), so no caller repeats a list of states.
+
+Each table's ``chart`` says how its statechart is drawn (direction, happy
+path, failure states, boxes); a box is one of the groups above or, where
+marked "chart only", a set no code asks about. Changing a chart never changes
+what is legal; the tests read every chart back into the table's transitions.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from envckpt.machines.table import STAYS, MachineTable, Row, StateGroup
+from envckpt.machines.table import STAYS, ChartLayout, MachineTable, Row, StateGroup
 from envckpt.protocol import Phase
 
 
@@ -126,9 +131,13 @@ INSTANCE_LIFECYCLE: MachineTable[InstanceState] = MachineTable(
         ),
     ),
     groups=(CHECKPOINT_OPEN, PREPARE_STARTS, FRESH, HOLDS_RESTORE),
-    state_notes=(
-        (_I.FAILED, "a checkpoint is open and a call failed; resume (abort) next"),
-        (_I.RESTORE_FAILED, "retire the next attempts everywhere, then resume"),
+    # restore_failed needs no note: its chart shows "⟲ retire" and resume.
+    state_notes=((_I.FAILED, "a checkpoint is open and a call failed; resume (abort) next"),),
+    chart=ChartLayout(
+        direction="TB",
+        happy_path=(_I.UNDISCOVERED, _I.DISCOVERED, _I.PREPARED, _I.COMMITTED, _I.RESUMED),
+        failure=frozenset({_I.FAILED, _I.RESTORE_FAILED}),
+        boxes=(CHECKPOINT_OPEN,),
     ),
 )
 
@@ -140,6 +149,8 @@ PHASES_OPEN = StateGroup(
     "admission closed under one checkpoint id",
 )
 _OPEN_PHASES = tuple(sorted(PHASES_OPEN.states))
+# Chart only: the phases a lease runs in (resume or its expiry end them).
+_LEASE_RUNS = StateGroup("lease runs", frozenset({*PHASES_OPEN.states, Phase.RESTORED}))
 
 PARTICIPANT_PHASES: MachineTable[Phase] = MachineTable(
     name="participant_phases",
@@ -160,9 +171,19 @@ PARTICIPANT_PHASES: MachineTable[Phase] = MachineTable(
         Row("expire", (*_OPEN_PHASES, Phase.RESTORED), Phase.IDLE, "lease"),
     ),
     groups=(PHASES_OPEN,),
+    chart=ChartLayout(
+        direction="TB",
+        happy_path=(Phase.IDLE, Phase.PREPARING, Phase.PREPARED, Phase.COMMITTED),
+        boxes=(_LEASE_RUNS, PHASES_OPEN),
+    ),
 )
 
 _S = SessionState
+
+# Chart only: every state a snapshot can be aborted from.
+_SNAPSHOT_IN_PROGRESS = StateGroup(
+    "in progress", frozenset({_S.OPENED, _S.PREPARED, _S.COMMITTED, _S.VERIFIED})
+)
 
 SNAPSHOT_SESSION: MachineTable[SessionState] = MachineTable(
     name="snapshot_session",
@@ -181,6 +202,12 @@ SNAPSHOT_SESSION: MachineTable[SessionState] = MachineTable(
         (_S.RESUMED, "the snapshot may be published"),
         (_S.ABORTED, "the snapshot is never restorable"),
     ),
+    chart=ChartLayout(
+        direction="TB",
+        happy_path=(_S.OPENED, _S.PREPARED, _S.COMMITTED, _S.VERIFIED, _S.RESUMED),
+        failure=frozenset({_S.ABORTED}),
+        boxes=(_SNAPSHOT_IN_PROGRESS,),
+    ),
 )
 
 _L = LedgerStatus
@@ -190,6 +217,8 @@ _L = LedgerStatus
 UNFINISHED = StateGroup(
     "unfinished", frozenset({_L.RESERVED, _L.DISPATCHED, _L.FAILED}), "owes a result"
 )
+# Chart only: the current attempt is reserved or running on its instance.
+_ATTEMPT_LIVE = StateGroup("attempt live", frozenset({_L.RESERVED, _L.DISPATCHED}))
 # Statuses whose data rows a restore keeps.
 KEEPS_ROWS = StateGroup(
     "keeps rows", frozenset({_L.RESERVED, _L.DISPATCHED, _L.SEALED}), "rows still referenced"
@@ -223,6 +252,12 @@ ROLLOUT_LEDGER: MachineTable[LedgerStatus] = MachineTable(
     terminal=frozenset({_L.SEALED}),
     groups=(UNFINISHED, KEEPS_ROWS),
     state_notes=((_L.SEALED, "forgotten once its dropped attempts are retired"),),
+    chart=ChartLayout(
+        direction="TB",
+        happy_path=(_L.RESERVED, _L.DISPATCHED, _L.SEALED),
+        failure=frozenset({_L.FAILED, _L.ABANDONED}),
+        boxes=(UNFINISHED, _ATTEMPT_LIVE),
+    ),
 )
 
 ALL_TABLES: tuple[MachineTable[Any], ...] = (

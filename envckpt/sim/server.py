@@ -16,11 +16,16 @@ model and the tool over HTTP (``HttpModelClient``, ``HttpToolClient``)::
 As a process (the demo and the end-to-end tests start these and SIGKILL them)::
 
     python -m envckpt.sim.server --seed 7 --token T --ready-file urls.json \\
-        [--resources-mode stateless] [--audit audit.jsonl] [--rows-url URL --rows-token T]
+        [--resources-mode stateless] [--audit audit.jsonl] [--rows-url URL --rows-token T] \\
+        [--log-json gym.jsonl]
 
 It writes ``{server_name: base_url}`` to the ready file atomically once every
 server listens, and stops cleanly on SIGTERM or SIGINT. The token may also
 come from ``ENVCKPT_GYM_TOKEN`` (a command line is visible to other users).
+``--log-json`` (or ``ENVCKPT_GYM_LOG``) appends every log event of the
+process as one JSON object per line, the participants' ``transition`` events
+among them, so ``envckpt statecharts --overlay`` can draw them; logging is
+configured there, in the process's ``main``, never by the library.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -38,6 +44,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import structlog
 from fastapi import FastAPI
 
 from envckpt.clock import Clock, SystemClock
@@ -60,6 +67,7 @@ from envckpt.sim.kinds.agent import DEFAULT_PARK_POLL_SECONDS, AgentServer
 from envckpt.sim.kinds.model import StagingSink
 
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
+LOG_ENV = "ENVCKPT_GYM_LOG"
 
 
 def judge_app() -> FastAPI:
@@ -275,7 +283,56 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ready-file", type=Path, required=True, help="write {server: base_url} JSON here"
     )
+    parser.add_argument(
+        "--log-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"append every log event as a JSON line here (or ${LOG_ENV})",
+    )
     return parser
+
+
+def configure_json_log(path: Path) -> None:
+    """Send this process's structlog events and stdlib records to ``path`` as JSON lines.
+
+    For a process's ``main`` only. stdlib records (uvicorn's) go through the
+    same renderer, so every line of the file is one JSON object; the file is
+    appended to and flushed per event, so a process killed mid-run loses no
+    line it logged.
+    """
+    stamps: list[structlog.typing.Processor] = [
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamps],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    # The transitions library narrates each fire at INFO (envckpt's own
+    # ``transition`` event records it once, with its fields) and httpx each
+    # request between the agent and its model and tool: warnings only.
+    for chatty in ("transitions", "httpx"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            *stamps,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
 
 
 def write_ready_file(path: Path, urls: Mapping[str, str]) -> None:
@@ -315,6 +372,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"a control token is required: --token or ${TOKEN_ENV}")
     if (args.rows_url is None) != (args.rows_token is None):
         parser.error("--rows-url and --rows-token go together")
+    log_path = args.log_json or (Path(os.environ[LOG_ENV]) if os.environ.get(LOG_ENV) else None)
+    if log_path is not None:
+        configure_json_log(log_path)
     asyncio.run(serve_until_signalled(args, token))
     return 0
 

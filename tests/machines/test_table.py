@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envckpt.machines.table import STAYS, MachineTable, Row, StateGroup
+from envckpt.machines.table import STAYS, ChartLayout, MachineTable, Role, Row, StateGroup
 
 STATES = ("a", "b", "c")
 
@@ -178,3 +178,63 @@ def test_state_returns_the_declared_value(small: MachineTable) -> None:
     assert small.state("b") == "b"
     with pytest.raises(ValueError, match="unknown state 'z'"):
         small.state("z")
+
+
+def charted(layout: ChartLayout) -> MachineTable:
+    return MachineTable(name="t", title="T", states=STATES, initial="a", rows=(), chart=layout)
+
+
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        (ChartLayout(happy_path=("a", "z")), "chart happy path names unknown states"),
+        (ChartLayout(failure=frozenset({"z"})), "chart failure names unknown states"),
+        (ChartLayout(boxes=(StateGroup("g", frozenset({"z"})),)), "chart box g names unknown"),
+        (ChartLayout(happy_path=("a", "b", "a")), "happy path names a state twice"),
+        (ChartLayout(happy_path=("a",), failure=frozenset({"a"})), "also a failure"),
+        (ChartLayout(boxes=(StateGroup("b", frozenset({"a"})),)), "clash"),
+        (
+            ChartLayout(
+                boxes=(StateGroup("x y", frozenset({"a"})), StateGroup("x-y", frozenset({"b"})))
+            ),
+            "clash",
+        ),
+        (ChartLayout(boxes=(StateGroup("g", frozenset()),)), "box g is empty"),
+        (
+            ChartLayout(
+                boxes=(
+                    StateGroup("g", frozenset({"a", "b"})),
+                    StateGroup("h", frozenset({"b", "c"})),
+                )
+            ),
+            "boxes g and h overlap",
+        ),
+    ],
+)
+def test_chart_layout_is_checked_against_the_states(layout: ChartLayout, message: str) -> None:
+    """A chart naming unknown states, overlapping boxes or clashing names is refused."""
+    with pytest.raises(ValueError, match=message):
+        charted(layout)
+
+
+def test_nested_boxes_and_roles_are_accepted() -> None:
+    """A box inside another is fine; role() tells happy path, failure and the rest apart."""
+    table = charted(
+        ChartLayout(
+            happy_path=("a", "b"),
+            failure=frozenset({"c"}),
+            boxes=(StateGroup("outer", frozenset(STATES)), StateGroup("inner", frozenset("ab"))),
+        )
+    )
+    assert [table.chart.role(state) for state in STATES] == [
+        Role.HAPPY_PATH,
+        Role.HAPPY_PATH,
+        Role.FAILURE,
+    ]
+    assert charted(ChartLayout()).chart.role("a") is Role.OTHER
+
+
+def test_group_key_is_an_identifier() -> None:
+    """A group's key turns its name into an identifier for charts."""
+    assert StateGroup("checkpoint open", frozenset()).key == "checkpoint_open"
+    assert StateGroup(" may-prepare! ", frozenset()).key == "may_prepare"

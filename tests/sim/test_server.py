@@ -21,6 +21,8 @@ from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.http.serve import serve
+from envckpt.machines.overlay import load_records, overlay
+from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 from envckpt.sim.data_clients import CallbackStagingSink
 from envckpt.sim.data_routes import rows_router
@@ -225,3 +227,64 @@ async def test_the_server_process_serves_and_exits_on_sigterm(tmp_path: Path) ->
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+async def serve_and_checkpoint(tmp_path: Path, *, args: list[str], env: dict[str, str]) -> None:
+    """Start the server process, run a rollout, prepare and resume a checkpoint, stop it."""
+    ready = tmp_path / "urls.json"
+    stderr = tmp_path / "server.err"
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "envckpt.sim.server", "--seed", "4", "--ready-file", str(ready)),
+        *args,
+        env=dict(os.environ, PYTHONPATH=str(REPO), ENVCKPT_GYM_TOKEN=TOKEN, **env),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=stderr.open("wb"),
+    )
+    try:
+        await wait_for_file(ready, process, stderr, timeout=30)
+        async with HttpGym(json.loads(ready.read_text()), token=TOKEN) as gym:
+            await gym.run(Ep("r", 0), TASK)
+            participants = await gym.coordinator.discover()
+            prepared = await gym.coordinator.prepare(
+                participants, "ckpt-log", deadline_ts=time.time() + 20
+            )
+            assert prepared.prepared
+            await gym.coordinator.resume(participants, "ckpt-log", deadline_ts=time.time() + 20)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_log_json_records_every_participant_transition_as_json_lines(tmp_path: Path) -> None:
+    """--log-json writes only JSON lines; the participants' transitions overlay their chart."""
+    log = tmp_path / "gym.jsonl"
+    await serve_and_checkpoint(tmp_path, args=["--log-json", str(log)], env={})
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entries and all(isinstance(entry, dict) and "timestamp" in entry for entry in entries)
+    assert not [entry for entry in entries if entry.get("logger", "").startswith("transitions")]
+    phases = [
+        (e["instance_id"], e["trigger"])
+        for e in entries
+        if e.get("machine") == "participant_phases"
+    ]
+    for server in (MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER):
+        assert [trigger for name, trigger in phases if name == server] == [
+            "prepare",
+            "ready",
+            "resume",
+        ]
+    chart = overlay(PARTICIPANT_PHASES, load_records(log))
+    assert '    s_preparing ==>|"ready \u00d73"| s_prepared' in chart
+    assert "    class s_committed,s_restored unvisited" in chart
+
+
+async def test_the_log_file_may_come_from_the_environment(tmp_path: Path) -> None:
+    """ENVCKPT_GYM_LOG names the JSON-lines log when --log-json is not given."""
+    log = tmp_path / "from-env.jsonl"
+    await serve_and_checkpoint(tmp_path, args=[], env={"ENVCKPT_GYM_LOG": str(log)})
+    records = load_records(log)
+    assert {record.machine for record in records} == {"participant_phases"}
+    assert len(records) == 9

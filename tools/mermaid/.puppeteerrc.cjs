@@ -1,0 +1,2 @@
+// Puppeteer never downloads a browser here: envckpt renders on Debian's chromium.
+module.exports = { skipDownload: true };
