@@ -33,8 +33,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.crashpoints import crashpoint
 from envckpt.errors import GymCheckpointUnavailable, IllegalTransition, SnapshotNotReady
@@ -130,7 +129,7 @@ class GymEnvironmentCheckpoint:
         restart_only = await self._fan_out.require("discover", lambda i: i.restart_only_servers())
         for instance_id, servers in sorted(restart_only.items()):
             if servers:
-                structlog.get_logger("envckpt.facade").warning(
+                logs.get_logger("envckpt.facade").warning(
                     "restart-only participants: their rollouts restart from the task after a "
                     "crash instead of continuing at a turn",
                     instance_id=instance_id,
@@ -161,7 +160,7 @@ class GymEnvironmentCheckpoint:
         checkpoint_id = mint_checkpoint_id(path.name)
         self._open(checkpoint_id, "snapshot")
         session = SESSION.new(checkpoint_id)
-        log = structlog.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
+        log = logs.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
         renewer: asyncio.Task[None] | None = None
         try:
             try:
@@ -266,7 +265,7 @@ class GymEnvironmentCheckpoint:
         prepared: Mapping[str, GymCheckpointPrepareSummary],
     ) -> dict[str, GymCheckpointCommitSummary]:
         deadline = self._deadline(self.timeouts.commit_seconds)
-        log = structlog.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
+        log = logs.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
 
         async def commit(instance: InstanceClient) -> GymCheckpointCommitSummary:
             iid = instance.instance_id
@@ -285,7 +284,7 @@ class GymEnvironmentCheckpoint:
         return await self._fan_out.require("commit", commit)
 
     async def _renew_forever(self, checkpoint_id: str) -> None:
-        log = structlog.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
+        log = logs.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
         while True:
             await self._clock.sleep(self.timeouts.renew_interval_seconds)
             deadline = self._deadline(self.timeouts.commit_seconds)
@@ -300,7 +299,7 @@ class GymEnvironmentCheckpoint:
         try:
             await uncancellable(self._resumer.resume(checkpoint_id))
         except Exception as error:
-            structlog.get_logger("envckpt.facade").warning(
+            logs.get_logger("envckpt.facade").warning(
                 "abort: resume failed; participants resume at lease expiry",
                 checkpoint_id=checkpoint_id,
                 error=str(error),

@@ -15,8 +15,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import structlog
-
+from envckpt import logs
 from envckpt.errors import IllegalTransition, IncompatibleCheckpoint
 from envckpt.facade.fan_out import FanOut
 from envckpt.facade.instances import InstanceClient
@@ -94,7 +93,7 @@ async def abandon_everywhere(
 
     _, errors = await fan_out.collect(abandon)
     for iid, error in errors.items():
-        structlog.get_logger("envckpt.facade").warning(
+        logs.get_logger("envckpt.facade").warning(
             "dropping a restore failed; participants resume at lease expiry",
             instance_id=iid,
             checkpoint_id=checkpoint_id,

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-import structlog
 from transitions import Machine, MachineError
 
+from envckpt import logs
 from envckpt.errors import IllegalTransition
 from envckpt.machines.table import MachineTable
 
 S = TypeVar("S", bound=StrEnum)
 # A lazy proxy: nothing is bound or configured at import time.
-_LOG = structlog.get_logger("envckpt.transitions")
+_LOG = logs.get_logger("envckpt.transitions")
 
 
 class MachineState(Generic[S]):

@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from envckpt import logs
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.gate import envelope_response, error_from_reply
 from envckpt.participant import edge
@@ -85,7 +85,7 @@ def staging_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> 
         except ParticipantError as error:
             return envelope_response(error)
         except Exception as error:
-            structlog.get_logger("envckpt.nemo_gym").exception("staging a row failed")
+            logs.get_logger("envckpt.nemo_gym").exception("staging a row failed")
             return envelope_response(
                 ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
             )

@@ -27,10 +27,10 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, NoReturn
 
-import structlog
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from envckpt import logs
 from envckpt.errors import ParticipantError
 from envckpt.participant import edge
 from envckpt.sim.kinds.agent import AgentServer
@@ -79,7 +79,7 @@ def _endpoint(server: str, route: str, handler: Handler) -> Endpoint:
             # The handler's own work was stopped (a retire, or the server shutting down).
             return _envelope(ParticipantError("checkpoint_error", f"{route} was stopped"))
         except Exception as error:  # the envelope, never a bare 500 page
-            structlog.get_logger("envckpt.http").exception(
+            logs.get_logger("envckpt.http").exception(
                 "data call failed", server=server, route=route
             )
             return _envelope(
@@ -142,7 +142,7 @@ def rows_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> API
         except ParticipantError as error:
             return _envelope(error)
         except Exception as error:
-            structlog.get_logger("envckpt.http").exception("staging a row failed", path=path)
+            logs.get_logger("envckpt.http").exception("staging a row failed", path=path)
             return _envelope(
                 ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
             )
