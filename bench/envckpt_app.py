@@ -1,0 +1,89 @@
+"""envckpt's participant for the benchmarks: a ``ParticipantCore`` on a FastAPI app.
+
+The hooks hold the same parked states as the floor (``bench/states.py``),
+keyed by episode; the routes are envckpt's own ``mount_participant``, lease
+watchdog included, exactly as a Gym server mounts them.
+
+    app = envckpt_app(server_name="policy", kind="model", token=token, states=states)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI
+
+from bench.states import commit_extras
+from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.http.routes import mount_participant
+from envckpt.participant.core import ParticipantCore
+
+
+class ParkedStates:
+    """``StateHooks`` over a dict of rollout id -> parked state (attempt 0).
+
+    ``install`` counts what it is given and keeps nothing, so a restore's
+    memory is the core's own, not the installed state's.
+    """
+
+    def __init__(self, states: Mapping[str, dict[str, Any]], *, kind: str) -> None:
+        self.states = states
+        self.kind = kind
+        self.installed = 0
+
+    def live_episodes(self) -> frozenset[EnvironmentEpisode]:
+        return frozenset(EnvironmentEpisode(rollout_id, 0) for rollout_id in self.states)
+
+    async def close_admission(self) -> None:
+        return None
+
+    async def open_admission(self) -> None:
+        return None
+
+    def export(
+        self, scope: frozenset[EnvironmentEpisode]
+    ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
+        for episode in sorted(scope):
+            state = self.states.get(episode.rollout_id) if episode.attempt == 0 else None
+            if state is not None:
+                yield episode, state
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        return commit_extras(self.kind, capture_keys(exported))
+
+    def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
+        if not isinstance(state.get("messages"), list):
+            raise ValueError(f"{episode.capture_key}: no messages")
+        return state
+
+    def install(self, restored: Sequence[tuple[EnvironmentEpisode, object]]) -> None:
+        self.installed += len(restored)
+
+    async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
+        return None
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        return None
+
+    def release_exported(self) -> None:
+        return None
+
+
+def envckpt_core(
+    *, server_name: str, kind: str, states: Mapping[str, dict[str, Any]]
+) -> ParticipantCore:
+    """A participant core whose hooks hold ``states``."""
+    hooks = ParkedStates(states, kind=kind)
+    return ParticipantCore(server_name=server_name, kind=kind, hooks=hooks, instance=server_name)
+
+
+def envckpt_app(
+    *, server_name: str, kind: str, token: str, states: Mapping[str, dict[str, Any]]
+) -> FastAPI:
+    """A FastAPI app with envckpt's control routes over a core holding ``states``."""
+    app = FastAPI()
+    mount_participant(
+        app, envckpt_core(server_name=server_name, kind=kind, states=states), token=token
+    )
+    return app

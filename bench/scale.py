@@ -1,0 +1,76 @@
+"""100k Gym instances in one trainer: building the facade, then discovering every instance.
+
+* register: the trainer-side objects for N instances, timed together: a
+  ``GymCheckpointInstance``, a ``Coordinator``, a ``GymCheckpointAdapter`` and
+  a ``LocalInstance`` per instance, then one ``GymEnvironmentCheckpoint`` over
+  all of them. Each coordinator's transport (the stand-in for the wire, an
+  ``InProcessTransport``) is built beforehand, untimed.
+* discover: ``GymEnvironmentCheckpoint.check_startup()``: every instance
+  discovers its three participants (``GET status`` through the participant
+  edge, in process) and fires its lifecycle machine.
+
+The participants live in this process only because the wire is in-process;
+in a deployment they are other processes, so instances share a pool of
+``POOL`` participant trios here (a status call does the same work whichever
+trio answers it) and the trainer's heap stays what a trainer's would be.
+Transition logging is filtered (off) while this runs; ``logging_overhead``
+measures it on.
+
+    figures = run(count=100_000)     # {"register_seconds", "discover_seconds"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+from bench.envckpt_app import envckpt_core
+from envckpt.coordination.coordinator import Coordinator
+from envckpt.coordination.inprocess import InProcessTransport
+from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
+from envckpt.facade.instances import LocalInstance
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
+
+TOKEN = "bench-token"
+POOL = 100
+PARTICIPANTS = (("policy", "model"), ("agent", "agent"), ("resources", "resources"))
+
+
+def _transports(count: int) -> list[InProcessTransport]:
+    trios = [
+        {name: envckpt_core(server_name=name, kind=kind, states={}) for name, kind in PARTICIPANTS}
+        for _ in range(min(POOL, count))
+    ]
+    return [InProcessTransport(trios[index % len(trios)], token=TOKEN) for index in range(count)]
+
+
+def register(transports: list[InProcessTransport]) -> GymEnvironmentCheckpoint:
+    """The facade over one adapter per transport, as a trainer builds it."""
+    instances = [
+        LocalInstance(
+            GymCheckpointAdapter(
+                instance=GymCheckpointInstance("bench", index),
+                coordination=Coordinator(transport),
+            )
+        )
+        for index, transport in enumerate(transports)
+    ]
+    return GymEnvironmentCheckpoint(instances)
+
+
+async def _measure(count: int) -> dict[str, float]:
+    transports = _transports(count)
+    gc.collect()
+    start = time.perf_counter()
+    facade = register(transports)
+    registered = time.perf_counter()
+    await facade.check_startup()
+    discovered = time.perf_counter()
+    return {"register_seconds": registered - start, "discover_seconds": discovered - registered}
+
+
+def run(count: int) -> dict[str, float]:
+    """Register then discover ``count`` instances on a fresh event loop."""
+    return asyncio.run(_measure(count))
