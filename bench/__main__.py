@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -162,7 +163,7 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         count, state_bytes = settings.large_count, settings.large_state_bytes
         _section(f"snapshot pause, {count} instances x 3, {EPISODES} x {state_bytes // 1000} KB")
         for fleet in (envckpt, floor):
-            fleet.set_states(episodes=EPISODES, state_bytes=state_bytes)
+            fleet.set_states(episodes=EPISODES, state_bytes=state_bytes, instances=count)
         runs = asyncio.run(
             pause.measure(
                 envckpt,
@@ -266,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     settings = MODES[mode]
 
+    # SIGTERM unwinds like Ctrl-C, so the server processes are stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     # The coordinator logs nothing on success; keep stray events off the figures.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     print(

@@ -100,12 +100,12 @@ class Fleet:
         urls: dict[str, str] = json.loads(path.read_text())
         return urls
 
-    def set_states(self, *, episodes: int, state_bytes: int) -> None:
-        """Replace every participant's parked states (between snapshots only)."""
+    def set_states(self, *, episodes: int, state_bytes: int, instances: int) -> None:
+        """Replace the parked states of the first ``instances`` instances (between snapshots)."""
         body = json.dumps({"episodes": episodes, "state_bytes": state_bytes}).encode()
         # No proxy: the servers are on loopback whatever the environment says.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        for urls in self.urls:
+        for urls in self.urls[:instances]:
             for url in urls.values():
                 request = urllib.request.Request(
                     f"{url}/bench/states",
