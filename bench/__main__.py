@@ -95,8 +95,8 @@ MODES = {
         store_mb=16,
         store_rounds=5,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=15,
-        logging_cycles=5,
+        logging_rounds=40,
+        logging_cycles=3,
         scale=100_000,
     ),
     "full": Settings(
@@ -109,8 +109,8 @@ MODES = {
         store_mb=64,
         store_rounds=9,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=31,
-        logging_cycles=10,
+        logging_rounds=100,
+        logging_cycles=3,
         scale=100_000,
     ),
 }
@@ -145,17 +145,23 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
             _section(f"snapshot pause, {count} instance(s) x 3 participants, {EPISODES} x 1 KB")
-            runs = asyncio.run(
+            runs, cpu = asyncio.run(
                 pause.measure(
                     envckpt, floor, count=count, rounds=rounds, root=root, check_bytes=count == 1
                 )
             )
             for name, values in runs.items():
                 _line(name, values)
+            for name in ("envckpt", "raw->envckpt"):
+                _line(f"{name} CPU", cpu[name])
             ratio = Ratio.of(runs["envckpt"], runs["floor"])
             coordinator = Ratio.of(runs["envckpt"], runs["raw->envckpt"])
+            coordinator_cpu = Ratio.of(cpu["envckpt"], cpu["raw->envckpt"])
             print(f"  pause/floor      {ratio.describe()}")
-            print(f"  coordinator/raw  {coordinator.describe()}", flush=True)
+            print(f"  coordinator/raw  {coordinator.describe()}   (pause)")
+            print(
+                f"  coordinator/raw  {coordinator_cpu.describe()}   (coordinator CPU)", flush=True
+            )
             figures[f"pause_over_floor_{nominal}"] = ratio.value
             if nominal == settings.counts[-1][0]:
                 # Where the coordinator is busiest: the figure the target is about.
@@ -164,7 +170,7 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         _section(f"snapshot pause, {count} instances x 3, {EPISODES} x {state_bytes // 1000} KB")
         for fleet in (envckpt, floor):
             fleet.set_states(episodes=EPISODES, state_bytes=state_bytes, instances=count)
-        runs = asyncio.run(
+        runs, _ = asyncio.run(
             pause.measure(
                 envckpt,
                 floor,

@@ -13,11 +13,13 @@ coordinator and runs nothing else meanwhile):
 
 A run is one snapshot of every instance: staged prepare, commit, reverse
 resume, from the first request to the last reply (the pause the trainer
-sees). Before each run the previous checkpoints are deleted and the disk is
-synced, untimed. ``pause/floor`` = envckpt / floor; ``coordinator/raw`` =
-envckpt / raw->envckpt.
+sees); the CPU time this process spent on it is kept too (the coordinator's
+cost, which load on a shared machine distorts less than wall time). Before
+each run the previous checkpoints are deleted and the disk is synced,
+untimed. ``pause/floor`` = envckpt / floor; ``coordinator/raw`` = envckpt /
+raw->envckpt.
 
-    figures = asyncio.run(measure(envckpt_fleet, floor_fleet, count=8, rounds=5, root=dir))
+    runs, cpu = asyncio.run(measure(envckpt_fleet, floor_fleet, count=8, rounds=5, root=dir))
 """
 
 from __future__ import annotations
@@ -163,20 +165,38 @@ async def measure(
     root: Path,
     with_raw_envckpt: bool = True,
     check_bytes: bool = False,
-) -> dict[str, list[float]]:
-    """Interleaved pauses (seconds) of each variant over ``count`` instances."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Interleaved pauses (seconds) of each variant over ``count`` instances, and the
+    CPU seconds this (the coordinator's) process spent on each run."""
     driver = _Driver(envckpt, floor, count=count, root=root)
+    cpu: dict[str, list[float]] = {}
+
+    def timed(name: str, run: Callable[[], Awaitable[float]]) -> Callable[[], Awaitable[float]]:
+        cpu[name] = []
+
+        async def timed_run() -> float:
+            started = time.process_time()
+            wall = await run()
+            cpu[name].append(time.process_time() - started)
+            return wall
+
+        return timed_run
+
     try:
         await driver.start()
         if check_bytes:
             await check_same_bytes(driver)
-        variants: dict[str, Callable[[], Awaitable[float]]] = {
-            "envckpt": driver.envckpt_run,
-            "floor": lambda: driver.raw_run(driver.raw_floor),
+        variants = {
+            "envckpt": timed("envckpt", driver.envckpt_run),
+            "floor": timed("floor", lambda: driver.raw_run(driver.raw_floor)),
         }
         if with_raw_envckpt:
-            variants["raw->envckpt"] = lambda: driver.raw_run(driver.raw_envckpt)
-        return await interleave_async(variants, rounds=rounds, between=driver.clean)
+            variants["raw->envckpt"] = timed(
+                "raw->envckpt", lambda: driver.raw_run(driver.raw_envckpt)
+            )
+        runs = await interleave_async(variants, rounds=rounds, between=driver.clean)
     finally:
         await driver.clean()
         await driver.aclose()
+    # The warm-up round's CPU times go the way of its wall times.
+    return runs, {name: values[-rounds:] for name, values in cpu.items()}
