@@ -246,6 +246,13 @@ def _scale(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
     print(f"  discover         {result['discover_seconds']:.2f} s", flush=True)
     figures["register_100k_seconds"] = result["register_seconds"]
     figures["discover_100k_seconds"] = result["discover_seconds"]
+    count = settings.scale // 10
+    bound, added = scale.machines(count)
+    print(
+        f"  {count} lifecycle models made and fired: bind(table).new {bound:.3f} s, "
+        f"transitions add_model {added:.3f} s",
+        flush=True,
+    )
 
 
 RUNNERS = {

@@ -21,19 +21,24 @@ from envckpt.participant.core import ParticipantCore
 
 
 class ParkedStates:
-    """``StateHooks`` over a dict of rollout id -> parked state (attempt 0).
+    """``StateHooks`` over parked states (attempt 0), held by episode as a Gym kind holds them.
 
     ``install`` counts what it is given and keeps nothing, so a restore's
     memory is the core's own, not the installed state's.
     """
 
     def __init__(self, states: Mapping[str, dict[str, Any]], *, kind: str) -> None:
-        self.states = states
         self.kind = kind
         self.installed = 0
+        self.states: dict[EnvironmentEpisode, dict[str, Any]] = {}
+        self.replace(states)
+
+    def replace(self, states: Mapping[str, dict[str, Any]]) -> None:
+        """Hold ``states`` (rollout id -> state) instead, in rollout id order."""
+        self.states = {EnvironmentEpisode(rid, 0): states[rid] for rid in sorted(states)}
 
     def live_episodes(self) -> frozenset[EnvironmentEpisode]:
-        return frozenset(EnvironmentEpisode(rollout_id, 0) for rollout_id in self.states)
+        return frozenset(self.states)
 
     async def close_admission(self) -> None:
         return None
@@ -44,9 +49,9 @@ class ParkedStates:
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
-        for episode in sorted(scope):
-            state = self.states.get(episode.rollout_id) if episode.attempt == 0 else None
-            if state is not None:
+        # Held in episode order already: filtering keeps it.
+        for episode, state in self.states.items():
+            if episode in scope:
                 yield episode, state
 
     def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
@@ -80,10 +85,10 @@ def envckpt_core(
 
 def envckpt_app(
     *, server_name: str, kind: str, token: str, states: Mapping[str, dict[str, Any]]
-) -> FastAPI:
-    """A FastAPI app with envckpt's control routes over a core holding ``states``."""
+) -> tuple[FastAPI, ParkedStates]:
+    """A FastAPI app with envckpt's control routes over a core holding ``states``; its hooks."""
     app = FastAPI()
-    mount_participant(
-        app, envckpt_core(server_name=server_name, kind=kind, states=states), token=token
-    )
-    return app
+    core = envckpt_core(server_name=server_name, kind=kind, states=states)
+    mount_participant(app, core, token=token)
+    assert isinstance(core.hooks, ParkedStates)
+    return app, core.hooks

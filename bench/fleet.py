@@ -45,6 +45,7 @@ class Fleet:
         episodes: int = 100,
         state_bytes: int = 1000,
         log: bool = True,
+        profile_dir: Path | None = None,
     ) -> None:
         self.variant = variant
         self.count = count
@@ -53,6 +54,7 @@ class Fleet:
         self.episodes = episodes
         self.state_bytes = state_bytes
         self.log = log
+        self.profile_dir = profile_dir
         self.urls: list[dict[str, str]] = []
         self._procs: list[subprocess.Popen[bytes]] = []
 
@@ -78,6 +80,8 @@ class Fleet:
                 ]
                 if self.log and self.variant == "envckpt":
                     command += ["--log-file", str(self.workdir / f"transitions-{index}.jsonl")]
+                if self.profile_dir is not None:
+                    command += ["--profile", str(self.profile_dir / f"{self.variant}-{index}.prof")]
                 self._procs.append(
                     subprocess.Popen(command, env=child_env(), stdin=subprocess.DEVNULL)
                 )

@@ -1,12 +1,17 @@
 """Where the time goes: one benchmark workload under cProfile, summarised by package.
 
     python -m bench.profiles coordinator [--instances 32] [--cycles 10]
-    python -m bench.profiles store|restore|logging|scale|participant [--top 25]
+    python -m bench.profiles server|floor-server|participant [--cycles 10]
+    python -m bench.profiles store|restore|logging|scale [--top 25]
 
 * coordinator: this process driving N Gym instances (envckpt server
   processes) through snapshots with envckpt's ``Coordinator``;
+* server / floor-server: one envckpt (or floor) server process (three
+  participants, 100 x 1 KB each) through snapshots driven by the raw client,
+  profiled inside that process (the commit's write runs inline there, so
+  cProfile sees it);
 * participant: one envckpt participant core committing 100 parked states
-  (prepare, commit, resume) in process, the server side of a snapshot;
+  (prepare, commit, resume) in process, no HTTP;
 * store: ``write_checkpoint`` of 16 MB of records;
 * restore: ``ParticipantCore.restore`` of a 20 MB checkpoint (time; for
   memory see ``bench/restore_memory.py``);
@@ -52,8 +57,8 @@ def _package(filename: str) -> str:
     return Path(filename).parent.name + " (stdlib)"
 
 
-def report(profile: cProfile.Profile, *, top: int) -> None:
-    stats = pstats.Stats(profile)
+def report(profile: cProfile.Profile | pstats.Stats, *, top: int) -> None:
+    stats = profile if isinstance(profile, pstats.Stats) else pstats.Stats(profile)
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total = sum(entry[2] for entry in raw.values()) or 1.0
     by_package: dict[str, float] = defaultdict(float)
@@ -63,7 +68,8 @@ def report(profile: cProfile.Profile, *, top: int) -> None:
     for name, seconds in sorted(by_package.items(), key=lambda item: -item[1])[:15]:
         print(f"  {seconds / total:6.1%}  {name}")
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(top)
+    stats.stream = out  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(top)
     print(out.getvalue())
 
 
@@ -92,6 +98,28 @@ async def _coordinator(
         await driver.aclose()
 
 
+async def _server(workdir: Path, cycles: int, variant: str) -> pstats.Stats:
+    from bench import pause
+    from bench.fleet import Fleet
+
+    root = workdir / "checkpoints"
+    root.mkdir()
+    profiles = workdir / "profiles"
+    profiles.mkdir()
+    with (
+        Fleet("envckpt", count=1, workdir=workdir, token="t", profile_dir=profiles) as envckpt,
+        Fleet("floor", count=1, workdir=workdir, token="t", profile_dir=profiles) as floor,
+    ):
+        driver = pause._Driver(envckpt, floor, count=1, root=root)
+        await driver.start()
+        clients = driver.raw_envckpt if variant == "envckpt" else driver.raw_floor
+        for _ in range(cycles):
+            await driver.clean()
+            await driver.raw_run(clients)
+        await driver.aclose()
+    return pstats.Stats(str(profiles / f"{variant}-0.prof"))
+
+
 async def _participant(profile: cProfile.Profile, workdir: Path, cycles: int) -> None:
     from bench.envckpt_app import envckpt_core
     from bench.states import parked_states
@@ -111,8 +139,11 @@ async def _participant(profile: cProfile.Profile, workdir: Path, cycles: int) ->
         profile.disable()
 
 
-def _run(target: str, args: argparse.Namespace, workdir: Path) -> cProfile.Profile:
+def _run(target: str, args: argparse.Namespace, workdir: Path) -> cProfile.Profile | pstats.Stats:
     profile = cProfile.Profile()
+    if target in ("server", "floor-server"):
+        variant = "envckpt" if target == "server" else "floor"
+        return asyncio.run(_server(workdir, args.cycles, variant))
     if target == "coordinator":
         asyncio.run(_coordinator(args.instances, args.cycles, workdir, profile))
     elif target == "participant":
@@ -139,7 +170,16 @@ def _run(target: str, args: argparse.Namespace, workdir: Path) -> cProfile.Profi
     return profile
 
 
-TARGETS = ("coordinator", "participant", "store", "restore", "logging", "scale")
+TARGETS = (
+    "coordinator",
+    "server",
+    "floor-server",
+    "participant",
+    "store",
+    "restore",
+    "logging",
+    "scale",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    runner: Callable[[str, argparse.Namespace, Path], cProfile.Profile] = _run
+    runner: Callable[[str, argparse.Namespace, Path], cProfile.Profile | pstats.Stats] = _run
     with tempfile.TemporaryDirectory(prefix="envckpt-profile-") as tmp:
         profile = runner(args.target, args, Path(tmp))
     report(profile, top=args.top)

@@ -16,7 +16,13 @@ trio answers it) and the trainer's heap stays what a trainer's would be.
 Transition logging is filtered (off) while this runs; ``logging_overhead``
 measures it on.
 
+Beside them, ``machines(n)`` times what the binding exists for: n models of
+the instance lifecycle made with ``bind(table).new`` and fired once, against
+``transitions.Machine.add_model`` (whose membership check makes n models
+cost O(n^2)).
+
     figures = run(count=100_000)     # {"register_seconds", "discover_seconds"}
+    bound, added = machines(10_000)  # seconds
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import asyncio
 import gc
 import time
 
+from transitions import Machine
+
 from bench.envckpt_app import envckpt_core
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.inprocess import InProcessTransport
@@ -32,6 +40,8 @@ from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.machines.binding import bind
+from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
 TOKEN = "bench-token"
 POOL = 100
@@ -74,3 +84,28 @@ async def _measure(count: int) -> dict[str, float]:
 def run(count: int) -> dict[str, float]:
     """Register then discover ``count`` instances on a fresh event loop."""
     return asyncio.run(_measure(count))
+
+
+class _Model:
+    """A plain model, as a ``transitions`` user registers it."""
+
+
+def machines(count: int) -> tuple[float, float]:
+    """Seconds to make and fire ``count`` lifecycle models: the binding, then add_model."""
+    lifecycle = bind(INSTANCE_LIFECYCLE)
+    start = time.perf_counter()
+    for index in range(count):
+        lifecycle.fire(lifecycle.new(f"bench/replica-{index}"), "discover")
+    bound = time.perf_counter() - start
+    table = INSTANCE_LIFECYCLE
+    machine = Machine(
+        model=None, states=list(table.states), initial=table.initial, auto_transitions=False
+    )
+    for row in table.rows:
+        machine.add_transition(row.trigger, list(row.sources), row.dest)
+    start = time.perf_counter()
+    for _ in range(count):
+        model = _Model()
+        machine.add_model(model)
+        model.discover()  # type: ignore[attr-defined]
+    return bound, time.perf_counter() - start

@@ -8,7 +8,7 @@ routes: ``envckpt`` (a ``ParticipantCore`` behind ``mount_participant``) or
 envckpt only for the envckpt variant)::
 
     python -m bench.server_process --variant floor --token T --ready-file r.json \\
-        [--episodes 100] [--state-bytes 1000] [--log-file transitions.jsonl]
+        [--episodes 100] [--state-bytes 1000] [--log-file transitions.jsonl] [--profile out.prof]
 
 The ready file gets ``{"policy": url, "agent": url, "resources": url}`` once
 every server listens. ``POST /bench/states`` with ``{"episodes", "state_bytes"}``
@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,21 +52,25 @@ class _Server(uvicorn.Server):
 
 
 def _app(variant: str, name: str, kind: str, token: str, states: dict[str, Any]) -> FastAPI:
+    replace: Callable[[dict[str, Any]], None]
     if variant == "floor":
         from bench.floor_app import floor_app
 
         app = floor_app(server_name=name, kind=kind, token=token, states=states)
+
+        def replace(fresh: dict[str, Any]) -> None:
+            states.clear()
+            states.update(fresh)
     else:
         from bench.envckpt_app import envckpt_app
 
-        app = envckpt_app(server_name=name, kind=kind, token=token, states=states)
+        app, hooks = envckpt_app(server_name=name, kind=kind, token=token, states=states)
+        replace = hooks.replace
 
     @app.post("/bench/states")
     async def replace_states(request: Request) -> Response:
         wanted = orjson.loads(await request.body())
-        fresh = parked_states(wanted["episodes"], state_bytes=wanted["state_bytes"])
-        states.clear()
-        states.update(fresh)
+        replace(parked_states(wanted["episodes"], state_bytes=wanted["state_bytes"]))
         return Response(b"{}", media_type="application/json")
 
     return app
@@ -134,10 +138,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--state-bytes", type=int, default=1000)
     parser.add_argument("--log-file", type=Path, default=None)
+    parser.add_argument("--profile", type=Path, default=None, help="write cProfile stats here")
     args = parser.parse_args(argv)
     if args.variant == "envckpt":
         _configure_logging(args.log_file)
-    asyncio.run(serve(args))
+    if args.profile is None:
+        asyncio.run(serve(args))
+        return 0
+    import cProfile
+
+    async def inline(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    # Worker threads escape cProfile: run their work (the commit's write) inline.
+    asyncio.to_thread = inline  # type: ignore[assignment]
+    profile = cProfile.Profile()
+    try:
+        profile.runcall(asyncio.run, serve(args))
+    finally:
+        profile.dump_stats(args.profile)
     return 0
 
 
