@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,8 @@ from urllib.parse import urlsplit
 import orjson
 
 PREFIX = "/ng-control/v1/checkpoint"
+# An idle connection is dropped after this long (below uvicorn's 5 s keep-alive).
+IDLE_SECONDS = 4.0
 # Prepare order by server name; resume runs it backwards.
 STAGE_ORDER: tuple[str, ...] = ("policy", "agent", "resources")
 
@@ -44,36 +47,58 @@ class RawConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
+        self._last_used = 0.0
 
     async def request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         """Send one request on the kept-alive connection; return status and body."""
+        payload = body or b""
+        message = (
+            f"{method} {path} HTTP/1.1\r\n".encode()
+            + self._fixed
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         async with self._lock:
-            if self._writer is None or self._writer.is_closing():
-                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-            assert self._reader is not None
-            payload = body or b""
-            self._writer.write(
-                f"{method} {path} HTTP/1.1\r\n".encode()
-                + self._fixed
-                + f"Content-Length: {len(payload)}\r\n\r\n".encode()
-                + payload
-            )
-            head = await self._reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            status = int(lines[0].split(b" ", 2)[1])
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            return status, await self._reader.readexactly(length)
+            # Like any keep-alive client: drop a connection idle long enough for
+            # the server (uvicorn: 5 s) to have closed it, and resend once if a
+            # reused one turns out closed before any reply byte.
+            if time.monotonic() - self._last_used > IDLE_SECONDS:
+                await self._close()
+            reused = self._writer is not None
+            try:
+                reply = await self._exchange(message)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                if not reused:
+                    raise
+                await self._close()
+                reply = await self._exchange(message)
+            self._last_used = time.monotonic()
+            return reply
+
+    async def _exchange(self, message: bytes) -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._writer.write(message)
+        head = await self._reader.readuntil(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self._reader.readexactly(length)
+
+    async def _close(self) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
 
     async def aclose(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await self._writer.wait_closed()
-            self._writer = None
+        await self._close()
 
 
 class RawClient:
