@@ -22,6 +22,7 @@ from types import TracebackType
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_SECONDS = 120.0
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def child_env() -> dict[str, str]:
@@ -120,6 +121,17 @@ class Fleet:
                 with opener.open(request, timeout=60) as reply:
                     reply.read()
         self.episodes, self.state_bytes = episodes, state_bytes
+
+    def cpu_seconds(self, instances: int) -> float:
+        """User + system CPU seconds used so far by the first ``instances`` processes."""
+        total = 0
+        for proc in self._procs[:instances]:
+            with open(f"/proc/{proc.pid}/stat", encoding="ascii") as stat:
+                # Fields after the command name (which may hold spaces): utime is
+                # the 14th field of the line, stime the 15th.
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total / _TICKS
 
     def stop(self) -> None:
         for proc in self._procs:

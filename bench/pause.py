@@ -13,8 +13,10 @@ coordinator and runs nothing else meanwhile):
 
 A run is one snapshot of every instance: staged prepare, commit, reverse
 resume, from the first request to the last reply (the pause the trainer
-sees); the CPU time this process spent on it is kept too (the coordinator's
-cost, which load on a shared machine distorts less than wall time). Before
+sees). CPU seconds are kept too, of this process (the coordinator's cost)
+and of this process plus the instances' server processes (all the work a
+snapshot takes): load on a shared machine distorts them less than wall
+time. Before
 each run the previous checkpoints are deleted and the disk is synced,
 untimed. ``pause/floor`` = envckpt / floor; ``coordinator/raw`` = envckpt /
 raw->envckpt.
@@ -166,18 +168,24 @@ async def measure(
     with_raw_envckpt: bool = True,
     check_bytes: bool = False,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Interleaved pauses (seconds) of each variant over ``count`` instances, and the
-    CPU seconds this (the coordinator's) process spent on each run."""
+    """Interleaved pauses (seconds) of each variant over ``count`` instances, and CPU
+    seconds per run: this (the coordinator's) process under the variant's name, and
+    with the instances' server processes under "<name> total"."""
     driver = _Driver(envckpt, floor, count=count, root=root)
     cpu: dict[str, list[float]] = {}
 
-    def timed(name: str, run: Callable[[], Awaitable[float]]) -> Callable[[], Awaitable[float]]:
+    def timed(
+        name: str, run: Callable[[], Awaitable[float]], servers: Fleet
+    ) -> Callable[[], Awaitable[float]]:
         cpu[name] = []
+        cpu[f"{name} total"] = []
 
         async def timed_run() -> float:
-            started = time.process_time()
+            started, served = time.process_time(), servers.cpu_seconds(count)
             wall = await run()
-            cpu[name].append(time.process_time() - started)
+            spent = time.process_time() - started
+            cpu[name].append(spent)
+            cpu[f"{name} total"].append(spent + servers.cpu_seconds(count) - served)
             return wall
 
         return timed_run
@@ -187,12 +195,12 @@ async def measure(
         if check_bytes:
             await check_same_bytes(driver)
         variants = {
-            "envckpt": timed("envckpt", driver.envckpt_run),
-            "floor": timed("floor", lambda: driver.raw_run(driver.raw_floor)),
+            "envckpt": timed("envckpt", driver.envckpt_run, envckpt),
+            "floor": timed("floor", lambda: driver.raw_run(driver.raw_floor), floor),
         }
         if with_raw_envckpt:
             variants["raw->envckpt"] = timed(
-                "raw->envckpt", lambda: driver.raw_run(driver.raw_envckpt)
+                "raw->envckpt", lambda: driver.raw_run(driver.raw_envckpt), envckpt
             )
         runs = await interleave_async(variants, rounds=rounds, between=driver.clean)
     finally:
