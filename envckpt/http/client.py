@@ -314,8 +314,8 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
 
     orjson writes non-finite floats as ``null``, and refuses a few things the
     standard library accepts (non-string keys, huge ints): whenever its output
-    holds a ``null`` or it refuses, the standard library encodes instead, so
-    the result never depends on which encoder ran.
+    holds ``null`` anywhere or it refuses, the standard library encodes
+    instead, so what a server decodes never depends on which encoder ran.
     """
     try:
         data = orjson.dumps(body)
