@@ -1,47 +1,324 @@
-"""Run every ``bench/bench_*.py`` module's ``main``, quick settings by default.
+"""Every benchmark figure of envckpt, side by side in one run: ``python -m bench``.
 
-    python -m bench                  # every bench, --quick where the bench accepts it
-    python -m bench --full           # every bench with its own defaults
-    python -m bench registration     # only benches whose name contains a word
+From a checkout (no install needed beyond the ``http`` extra)::
 
-Benches print timings; nothing here asserts on them.
+    python -m bench                      # full settings (about 3 minutes here)
+    python -m bench --quick              # fewer rounds (2-3.5 minutes here, under load)
+    python -m bench --smoke              # tiny sizes: proves the harness runs (the test suite)
+    python -m bench --quick --json out.json
+    python -m bench --only pause,store   # some figure groups (pause store restore logging scale)
+
+Every figure compares variants run interleaved (rotating order, first round
+dropped) and prints median [min-max] n=runs; ratios are medians of per-round
+ratios. Nothing asserts on speed. ``--json`` writes exactly the keys of
+``KEYS``. The pause figures start one server process per Gym instance and
+variant (``bench/server_process.py``); this process is the coordinator.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
+import asyncio
+import json
+import logging
+import os
+import platform
+import signal
+import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import structlog
+
+from bench.stats import Ratio, Summary
+
+KEYS = (
+    "pause_over_floor_1",
+    "pause_over_floor_8",
+    "pause_over_floor_32",
+    "pause_over_floor_large_state_8",
+    "coordinator_over_raw_client",
+    "store_over_raw",
+    "restore_peak_mib_20mb",
+    "restore_peak_mib_200mb",
+    "logging_overhead",
+    "register_100k_seconds",
+    "discover_100k_seconds",
+)
+GROUPS = ("pause", "store", "restore", "logging", "scale")
+TOKEN = "bench-token-5b1f0c"
 
 
-def discover() -> list[str]:
-    """Module names of the benches beside this file, sorted."""
-    return sorted(path.stem for path in Path(__file__).parent.glob("bench_*.py"))
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Sizes and rounds of one mode; ``counts`` maps each key's nominal count to the run's."""
+
+    fleet: int
+    counts: tuple[tuple[int, int], ...]
+    rounds: tuple[int, ...]
+    large_count: int
+    large_state_bytes: int
+    large_rounds: int
+    store_mb: float
+    store_rounds: int
+    restore_mb: tuple[tuple[int, float], ...]
+    logging_rounds: int
+    logging_cycles: int
+    scale: int
+
+
+MODES = {
+    "smoke": Settings(
+        fleet=2,
+        counts=((1, 1), (8, 2), (32, 2)),
+        rounds=(1, 1, 1),
+        large_count=2,
+        large_state_bytes=10_000,
+        large_rounds=1,
+        store_mb=1,
+        store_rounds=1,
+        restore_mb=((20, 1), (200, 2)),
+        logging_rounds=1,
+        logging_cycles=1,
+        scale=1000,
+    ),
+    "quick": Settings(
+        fleet=32,
+        counts=((1, 1), (8, 8), (32, 32)),
+        rounds=(8, 6, 6),
+        large_count=8,
+        large_state_bytes=100_000,
+        large_rounds=4,
+        store_mb=16,
+        store_rounds=5,
+        restore_mb=((20, 20), (200, 200)),
+        logging_rounds=40,
+        logging_cycles=3,
+        scale=100_000,
+    ),
+    "full": Settings(
+        fleet=32,
+        counts=((1, 1), (8, 8), (32, 32)),
+        rounds=(20, 15, 12),
+        large_count=8,
+        large_state_bytes=100_000,
+        large_rounds=8,
+        store_mb=64,
+        store_rounds=9,
+        restore_mb=((20, 20), (200, 200)),
+        logging_rounds=100,
+        logging_cycles=3,
+        scale=100_000,
+    ),
+}
+EPISODES = 100
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load {one:.1f}/{five:.1f} (1/5 min) on {os.cpu_count()} cores"
+
+
+def _section(title: str) -> None:
+    print(f"\n== {title}   [{_load()}]", flush=True)
+
+
+def _line(name: str, runs: list[float], *, scale: float = 1000.0, unit: str = " ms") -> None:
+    print(f"  {name:<16} {Summary.of(runs).describe(scale=scale, unit=unit)}", flush=True)
+
+
+def _cpu_lines(cpu: dict[str, list[float]]) -> None:
+    """CPU per snapshot: the coordinator's process, then it plus the servers ("all")."""
+    for name, values in cpu.items():
+        label = f"{name.removesuffix(' total')} {'all CPU' if name.endswith('total') else 'CPU'}"
+        _line(label, values)
+
+
+def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
+    from bench import pause
+    from bench.fleet import Fleet
+
+    root = workdir / "checkpoints"
+    root.mkdir()
+    _section(f"snapshot pause: {settings.fleet} server processes per variant, starting")
+    started = time.perf_counter()
+    with (
+        Fleet("envckpt", count=settings.fleet, workdir=workdir, token=TOKEN) as envckpt,
+        Fleet("floor", count=settings.fleet, workdir=workdir, token=TOKEN) as floor,
+    ):
+        print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
+        for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
+            _section(f"snapshot pause, {count} instance(s) x 3 participants, {EPISODES} x 1 KB")
+            runs, cpu = asyncio.run(
+                pause.measure(
+                    envckpt, floor, count=count, rounds=rounds, root=root, check_bytes=count == 1
+                )
+            )
+            for name, values in runs.items():
+                _line(name, values)
+            _cpu_lines(cpu)
+            ratio = Ratio.of(runs["envckpt"], runs["floor"])
+            coordinator = Ratio.of(runs["envckpt"], runs["raw->envckpt"])
+            all_cpu = Ratio.of(cpu["envckpt total"], cpu["floor total"])
+            coordinator_cpu = Ratio.of(cpu["envckpt"], cpu["raw->envckpt"])
+            print(f"  pause/floor      {ratio.describe()}")
+            print(f"   (all CPU)       {all_cpu.describe()}")
+            print(f"  coordinator/raw  {coordinator.describe()}")
+            print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
+            figures[f"pause_over_floor_{nominal}"] = ratio.value
+            if nominal == settings.counts[-1][0]:
+                # Where the coordinator is busiest: the figure the target is about.
+                figures["coordinator_over_raw_client"] = coordinator.value
+        count, state_bytes = settings.large_count, settings.large_state_bytes
+        _section(f"snapshot pause, {count} instances x 3, {EPISODES} x {state_bytes // 1000} KB")
+        for fleet in (envckpt, floor):
+            fleet.set_states(episodes=EPISODES, state_bytes=state_bytes, instances=count)
+        runs, cpu = asyncio.run(
+            pause.measure(
+                envckpt,
+                floor,
+                count=count,
+                rounds=settings.large_rounds,
+                root=root,
+                with_raw_envckpt=False,
+            )
+        )
+        for name, values in runs.items():
+            _line(name, values)
+        _cpu_lines(cpu)
+        ratio = Ratio.of(runs["envckpt"], runs["floor"])
+        all_cpu = Ratio.of(cpu["envckpt total"], cpu["floor total"])
+        print(f"  pause/floor      {ratio.describe()}")
+        print(f"   (all CPU)       {all_cpu.describe()}", flush=True)
+        figures["pause_over_floor_large_state_8"] = ratio.value
+
+
+def _store(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
+    from bench import store_write
+
+    _section(f"records write, {settings.store_mb:g} MB: envckpt store vs orjson + write + fsync")
+    runs, megabytes = store_write.measure(
+        workdir, size_mb=settings.store_mb, rounds=settings.store_rounds
+    )
+    for name, values in runs.items():
+        rate = Summary.of([megabytes / value for value in values])
+        print(
+            f"  {name:<16} {Summary.of(values).describe(scale=1000, unit=' ms')}   "
+            f"{rate.median:.0f} MB/s"
+        )
+    ratio = Ratio.of(runs["raw"], runs["store"])
+    print(f"  store/raw (throughput) {ratio.describe()}", flush=True)
+    figures["store_over_raw"] = ratio.value
+
+
+def _restore(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
+    from bench import restore_memory
+
+    _section("ParticipantCore.restore peak memory (fresh process each; hooks keep nothing)")
+    for nominal, size_mb in settings.restore_mb:
+        result = restore_memory.measure(workdir, size_mb=size_mb)
+        print(
+            f"  {result['file_mb']:6.1f} MB file, {result['records']} records: "
+            f"peak RSS +{result['rss_mib']:.1f} MiB, tracemalloc peak "
+            f"{result['tracemalloc_mib']:.1f} MiB, {result['seconds']:.2f} s"
+            + ("" if result["peak_reset"] else " (VmHWM could not be reset)"),
+            flush=True,
+        )
+        figures[f"restore_peak_mib_{nominal}mb"] = result["rss_mib"]
+
+
+def _logging(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
+    from bench import logging_cost
+
+    _section("transition logging: one in-process cycle (3 participants x 100 x 1 KB, tmpfs)")
+    runs, wall, events = logging_cost.run(
+        workdir, rounds=settings.logging_rounds, cycles=settings.logging_cycles
+    )
+    for name, values in runs.items():
+        _line(f"{name} CPU", values)
+    for name, values in wall.items():
+        _line(f"{name} wall", values)
+    overhead = Ratio.of(runs["on"], runs["off"])
+    filtered = Ratio.of(runs["off"], runs["absent"])
+    print(f"  on/off (CPU)     {overhead.describe()}   ({events} events per cycle)")
+    print(f"  on/off (wall)    {Ratio.of(wall['on'], wall['off']).describe()}")
+    print(f"  off/absent (CPU) {filtered.describe()}", flush=True)
+    figures["logging_overhead"] = overhead.value
+
+
+def _scale(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
+    from bench import scale
+
+    _section(f"{settings.scale} instances in process: build facade + adapters, then discover")
+    result = scale.run(settings.scale)
+    print(f"  register         {result['register_seconds']:.3f} s")
+    print(f"  discover         {result['discover_seconds']:.2f} s", flush=True)
+    figures["register_100k_seconds"] = result["register_seconds"]
+    figures["discover_100k_seconds"] = result["discover_seconds"]
+    count = settings.scale // 10
+    bound, added = scale.machines(count)
+    print(
+        f"  {count} lifecycle models made and fired: bind(table).new {bound:.3f} s, "
+        f"transitions add_model {added:.3f} s",
+        flush=True,
+    )
+
+
+RUNNERS = {
+    "pause": _pause,
+    "store": _store,
+    "restore": _restore,
+    "logging": _logging,
+    "scale": _scale,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--full", action="store_true", help="each bench's own defaults")
-    parser.add_argument("only", nargs="*", help="run only benches whose name contains one")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer rounds (under 4 minutes)")
+    size.add_argument("--smoke", action="store_true", help="tiny sizes: the harness runs")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--only", default=",".join(GROUPS), help="comma-separated groups")
+    parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
     args = parser.parse_args(argv)
+    groups = [group.strip() for group in args.only.split(",") if group.strip()]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        parser.error(f"unknown groups {unknown}; choose from {', '.join(GROUPS)}")
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    settings = MODES[mode]
 
-    status = 0
-    for name in discover():
-        if args.only and not any(word in name for word in args.only):
-            continue
-        module = importlib.import_module(f"bench.{name}")
-        # A bench opts into quick settings by declaring a --quick option.
-        quick = not args.full and "--quick" in inspect.getsource(module)
-        bench_argv = ["--quick"] if quick else []
-        print(f"== {name} {' '.join(bench_argv)}".rstrip(), flush=True)
-        start = time.perf_counter()
-        code = module.main(bench_argv)
-        print(f"== {name}: done in {time.perf_counter() - start:.1f}s\n", flush=True)
-        status = status or int(code or 0)
-    return status
+    # SIGTERM unwinds like Ctrl-C, so the server processes are stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # The coordinator logs nothing on success; keep stray events off the figures.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    print(
+        f"envckpt benchmarks, {mode} mode, Python {platform.python_version()}, "
+        f"{platform.machine()}, {_load()}"
+    )
+    figures: dict[str, float] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="envckpt-bench-", dir=args.dir) as tmp:
+        for group in groups:
+            workdir = Path(tmp) / group
+            workdir.mkdir()
+            RUNNERS[group](settings, workdir, figures)
+    print(f"\n== figures ({mode}, {time.perf_counter() - started:.0f} s, {_load()})")
+    for key in KEYS:
+        if key in figures:
+            print(f"  {key:<32} {figures[key]:.4g}")
+    if args.json is not None:
+        missing = [key for key in KEYS if key not in figures]
+        if missing:
+            print(f"  not measured (groups left out): {', '.join(missing)}", file=sys.stderr)
+        output: dict[str, Any] = {key: round(figures[key], 4) for key in KEYS if key in figures}
+        args.json.write_text(json.dumps(output, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,7 +1,9 @@
-"""``HttpTransport``: the coordinator's ``ControlTransport`` over HTTP.
+"""``HttpTransport``: the coordinator's ``ControlTransport`` over HTTP, on aiohttp.
 
-It owns an ``httpx.AsyncClient`` used for nothing but control calls, so a
-saturated data-plane pool can never delay a prepare or a resume::
+Each transport is one deployment's reserved control pool: its own aiohttp
+session and connector, kept alive between calls and used for nothing but
+control calls, so a saturated data-plane pool can never delay a prepare or a
+resume (nemo-gym's own servers talk to each other over aiohttp the same way)::
 
     async with HttpTransport({"policy": "http://10.0.0.5:8000"}, token=token) as transport:
         coordinator = Coordinator(transport)
@@ -10,13 +12,26 @@ saturated data-plane pool can never delay a prepare or a resume::
     # or from the config nemo-gym resolved (the global config dict, or a ServerClient)
     transport = HttpTransport.from_nemo_gym_config(global_config_dict, token=token)
 
-Retries: only a failure to *connect* (``ConnectError``, ``ConnectTimeout``)
-is retried, up to ``connect_tries`` attempts; anything that may have reached
-the server (a read timeout, a dropped connection, a malformed reply) is
-reported at once as ``TransportFailure``, because control calls are not
-blindly repeatable by the transport. The whole call, retries included, is
-bounded by ``timeout``. Replies are never interpreted here: the status, the
-parsed JSON body (or ``None``) and the raw text go back to the coordinator.
+The session is made on the first request, in the running event loop, and
+belongs to that loop. Bodies are encoded with orjson (the standard library
+encoder takes over whenever orjson would write ``null``, so NaN and Infinity
+are still refused with ``ValueError``).
+
+Retries, all inside the call's ``timeout``:
+
+* a failure to *connect* (refused, connect timeout) is retried up to
+  ``connect_tries`` attempts in all, with a short backoff;
+* a call sent on a pooled keep-alive connection that the server had already
+  closed (the server's keep-alive timeout and our call crossed) is sent again
+  on a new connection, up to ``STALE_CONNECTION_RETRIES`` times: no reply
+  came, and every control call is safe to repeat with the same checkpoint id
+  (a participant replays or refuses a repeat, protocol.md section 4);
+* anything else (a read timeout, a fresh connection dropped after the server
+  read the request, a malformed reply) is reported at once as
+  ``TransportFailure``.
+
+Replies are never interpreted here: the status, the parsed JSON body (or
+``None``) and the raw text go back to the coordinator.
 """
 
 from __future__ import annotations
@@ -24,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
+import orjson
 
 from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.http.closing import AsyncCloseable
@@ -37,9 +54,16 @@ DEFAULT_MAX_CONNECTIONS = 64
 # A connection attempt never waits longer than this, so connect retries fit
 # inside a long per-call budget (discovery allows 60 s for the reply).
 DEFAULT_CONNECT_TIMEOUT = 10.0
+# An idle pooled connection is dropped after this long. Below uvicorn's
+# default keep-alive (5 s), so against default servers we close first and the
+# stale-connection retry is for servers with shorter timeouts, and the race.
+DEFAULT_KEEPALIVE_SECONDS = 4.0
 # Pause before connect retry n (n >= 1): RETRY_BACKOFF * 2 ** (n - 1), capped.
 RETRY_BACKOFF = 0.05
 MAX_RETRY_BACKOFF = 1.0
+# Resends of a call whose pooled connection the server had closed. More than
+# one: several idle connections may have been closed at once.
+STALE_CONNECTION_RETRIES = 3
 
 # Where nemo-gym keeps a server instance: a top-level entry holding exactly one
 # of these keys, itself holding one server type config with host and port.
@@ -49,8 +73,6 @@ NEMO_GYM_SERVER_TYPES: tuple[str, ...] = (
     "responses_api_agents",
     "resources_servers",
 )
-
-_CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
 def _base_url(server: str, url: str) -> str:
@@ -122,6 +144,7 @@ class HttpTransport(AsyncCloseable):
         token: str,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
         trust_env: bool = False,
     ) -> None:
         if not isinstance(token, str) or not token:
@@ -130,21 +153,25 @@ class HttpTransport(AsyncCloseable):
             raise ValueError("max_connections must be at least 1")
         if connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
+        if keepalive_seconds <= 0:
+            raise ValueError("keepalive_seconds must be positive")
         self._servers = {str(name): _base_url(name, url) for name, url in servers.items()}
         self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._body_headers = {**self._headers, "Content-Type": "application/json"}
+        self._max_connections = max_connections
         self._connect_timeout = connect_timeout
+        self._keepalive_seconds = keepalive_seconds
         # trust_env=False: control calls go straight to the servers, never
         # through a proxy configured for data traffic.
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            trust_env=trust_env,
-            follow_redirects=False,
-        )
-        # Counters for tests and metrics: calls made, and HTTP attempts sent.
+        self._trust_env = trust_env
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        # Counters for tests and metrics: calls made, HTTP attempts sent, and
+        # resends after a pooled connection turned out closed.
         self.requests = 0
         self.attempts = 0
+        self.stale_retries = 0
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
         return f"HttpTransport(servers={self._servers!r})"
@@ -167,6 +194,30 @@ class HttpTransport(AsyncCloseable):
     def base_url(self, server: str) -> str:
         return self._servers[server]
 
+    def _client(self) -> aiohttp.ClientSession:
+        """The session of the running loop, made on first use."""
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise TransportFailure("the transport is closed")
+        if self._session is None:
+            tracing = aiohttp.TraceConfig()
+            tracing.on_connection_reuseconn.append(_note_reuse)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._max_connections,
+                    limit_per_host=0,
+                    keepalive_timeout=self._keepalive_seconds,
+                ),
+                trust_env=self._trust_env,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None),
+                trace_configs=[tracing],
+            )
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError("an HttpTransport is used from one event loop only")
+        return self._session
+
     async def request(
         self,
         server: str,
@@ -184,53 +235,106 @@ class HttpTransport(AsyncCloseable):
         if route not in ROUTES:
             raise ValueError(f"unknown control route {route!r}")
         url = f"{base}{CHECKPOINT_ROUTE_PREFIX}/{route}"
-        headers = dict(self._headers)
-        content: bytes | None = None
-        if body is not None:
-            content = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-            headers["Content-Type"] = "application/json"
+        content = None if body is None else encode_body(body)
+        headers = self._headers if content is None else self._body_headers
+        session = self._client()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         tries = max(1, connect_tries)
         where = f"{server} {method} {route}"
-        for attempt in range(1, tries + 1):
+        connect_failures = stale = 0
+        while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise TransportFailure(f"{where}: no reply within {timeout:.1f} s")
-            per_phase = httpx.Timeout(remaining, connect=min(remaining, self._connect_timeout))
+            attempt = SimpleNamespace(reused=False)
             self.attempts += 1
             try:
-                async with asyncio.timeout(remaining):
-                    response = await self._client.request(
-                        method, url, content=content, headers=headers, timeout=per_phase
-                    )
-            except _CONNECT_ERRORS as error:
-                if attempt == tries:
+                async with (
+                    asyncio.timeout(remaining),
+                    session.request(
+                        method,
+                        url,
+                        data=content,
+                        headers=headers,
+                        allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(
+                            total=None, sock_connect=min(remaining, self._connect_timeout)
+                        ),
+                        trace_request_ctx=attempt,
+                    ) as response,
+                ):
+                    return _reply(response.status, await response.read())
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+                connect_failures += 1
+                if connect_failures >= tries:
                     raise TransportFailure(
                         f"{where}: cannot connect to {base} after {tries} "
                         f"{'try' if tries == 1 else 'tries'} ({type(error).__name__}: {error})"
                     ) from error
-                pause = min(MAX_RETRY_BACKOFF, RETRY_BACKOFF * 2 ** (attempt - 1))
+                pause = min(MAX_RETRY_BACKOFF, RETRY_BACKOFF * 2 ** (connect_failures - 1))
                 await asyncio.sleep(max(0.0, min(pause, deadline - loop.time())))
-                continue
-            except (httpx.TimeoutException, TimeoutError) as error:
-                # The request may have reached the server: never resend it.
+            except TimeoutError as error:
+                # The request may have reached the server and still be running:
+                # resending it now would only race the first copy.
                 raise TransportFailure(
                     f"{where}: no reply within {timeout:.1f} s ({type(error).__name__})"
                 ) from error
-            except httpx.HTTPError as error:
+            except aiohttp.ClientConnectionError as error:
+                if not attempt.reused or stale >= STALE_CONNECTION_RETRIES:
+                    raise TransportFailure(f"{where}: {type(error).__name__}: {error}") from error
+                # A kept-alive connection the server had closed: no reply came.
+                stale += 1
+                self.stale_retries += 1
+            except aiohttp.ClientError as error:
                 raise TransportFailure(f"{where}: {type(error).__name__}: {error}") from error
-            return _reply(response)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
-def _reply(response: httpx.Response) -> ControlReply:
-    text = response.text
+async def _note_reuse(
+    session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceConnectionReuseconnParams,
+) -> None:
+    # The request's own marker: this attempt went out on a pooled connection.
+    context.trace_request_ctx.reused = True
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """``body`` as compact JSON; ``ValueError`` for NaN or Infinity, as JSON has none.
+
+    orjson writes non-finite floats as ``null``, and refuses a few things the
+    standard library accepts (non-string keys, huge ints): whenever its output
+    holds ``null`` anywhere or it refuses, the standard library encodes
+    instead, so what a server decodes never depends on which encoder ran.
+    """
     try:
-        body: Any = json.loads(text)
-    except ValueError:
-        body = None
-    return ControlReply(response.status_code, body, raw=text)
+        data = orjson.dumps(body)
+    except TypeError:
+        data = b"null"
+    if b"null" not in data:
+        return data
+    return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _reply(status: int, data: bytes) -> ControlReply:
+    text = data.decode("utf-8", errors="replace")
+    body: Any
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:
+            # orjson refuses some valid JSON (integers beyond 64 bits); NaN stays refused.
+            body = json.loads(text, parse_constant=_refuse_constant)
+        except ValueError:
+            body = None
+    return ControlReply(status, body, raw=text)

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
+import uvicorn
+from fastapi import FastAPI, Response
 from pydantic import BaseModel
 
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.transport import TransportFailure
 from envckpt.coordination.types import Member, Participants
 from envckpt.errors import CoordinationError
-from envckpt.http.client import HttpTransport, nemo_gym_server_urls
+from envckpt.http import client as client_module
+from envckpt.http.client import HttpTransport, encode_body, nemo_gym_server_urls
 from envckpt.http.serve import serve, serve_in_thread
 
 from helpers.http_deployment import (
@@ -62,6 +67,73 @@ async def dropping_server() -> AsyncIterator[tuple[str, list[int]]]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+@asynccontextmanager
+async def stale_keepalive_server() -> AsyncIterator[tuple[str, list[str]]]:
+    """Answers the first request of each connection and keeps it open; on the next
+    request of that connection hangs up unanswered, as a server whose keep-alive
+    timeout expired just as the request was sent. Logs "reply" or "hang up"."""
+    log: list[str] = []
+    reply = b'{"phase":"prepared"}'
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        log.append("reply")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(reply)}\r\n\r\n".encode()
+            + reply
+        )
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        log.append("hang up")
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@asynccontextmanager
+async def serve_with_keepalive(
+    apps: list[FastAPI], *, keepalive_seconds: int
+) -> AsyncIterator[list[str]]:
+    """Serve each app under uvicorn (in this loop) with the given keep-alive timeout."""
+    servers = [
+        uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=0,
+                log_config=None,
+                log_level="warning",
+                timeout_keep_alive=keepalive_seconds,
+            )
+        )
+        for app in apps
+    ]
+    for server in servers:
+        server.install_signal_handlers = False  # type: ignore[attr-defined]
+    tasks = [asyncio.create_task(server.serve()) for server in servers]
+    try:
+        while not all(server.started for server in servers):
+            await asyncio.sleep(0.01)
+        yield [f"http://127.0.0.1:{s.servers[0].sockets[0].getsockname()[1]}" for s in servers]
+    finally:
+        for server in servers:
+            server.should_exit = True
+        await asyncio.gather(*tasks)
 
 
 class _Strict(BaseModel):
@@ -128,7 +200,7 @@ async def test_dropped_connection_is_not_retried() -> None:
         dropping_server() as (url, accepted),
         HttpTransport({"flaky": url}, token=TOKEN) as transport,
     ):
-        with pytest.raises(TransportFailure, match="RemoteProtocolError"):
+        with pytest.raises(TransportFailure, match="ServerDisconnectedError"):
             await transport.request(
                 "flaky",
                 "POST",
@@ -139,6 +211,141 @@ async def test_dropped_connection_is_not_retried() -> None:
             )
         assert transport.attempts == 1
         assert len(accepted) == 1
+
+
+async def test_a_closed_pooled_connection_is_resent_on_a_new_one() -> None:
+    """A call on a kept-alive connection the server closed unanswered is sent again, once."""
+    body = {"checkpoint_id": "c", "deadline_ts": deadline()}
+    async with (
+        stale_keepalive_server() as (url, log),
+        HttpTransport({"gym": url}, token=TOKEN) as transport,
+    ):
+        first = await transport.request("gym", "POST", "prepare", body, timeout=5.0)
+        second = await transport.request("gym", "POST", "prepare", body, timeout=5.0)
+        assert first.body == second.body == {"phase": "prepared"}
+        assert log == ["reply", "hang up", "reply"]
+        assert (transport.requests, transport.attempts, transport.stale_retries) == (2, 3, 1)
+
+
+async def test_without_the_stale_retry_a_closed_pooled_connection_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tampered: with no resends allowed, the same closed pooled connection is a failure."""
+    monkeypatch.setattr(client_module, "STALE_CONNECTION_RETRIES", 0)
+    body = {"checkpoint_id": "c", "deadline_ts": deadline()}
+    async with (
+        stale_keepalive_server() as (url, log),
+        HttpTransport({"gym": url}, token=TOKEN) as transport,
+    ):
+        await transport.request("gym", "POST", "prepare", body, timeout=5.0)
+        with pytest.raises(TransportFailure, match="Server"):
+            await transport.request("gym", "POST", "prepare", body, timeout=5.0)
+        assert log == ["reply", "hang up"]
+
+
+async def test_snapshot_after_idling_exactly_the_servers_keepalive_timeout(
+    tmp_path: Path,
+) -> None:
+    """Idle exactly the servers' keep-alive timeout after each snapshot, then snapshot again."""
+    keepalive = 1  # uvicorn's default is 5 s: the same race, shorter
+    cores = trio()
+    names = list(cores)
+    apps = [participant_app(cores[name]) for name in names]
+    async with serve_with_keepalive(apps, keepalive_seconds=keepalive) as url_list:
+        urls = dict(zip(names, url_list, strict=True))
+        # The client keeps connections longer than the servers do, so it reuses them.
+        async with HttpTransport(urls, token=TOKEN, keepalive_seconds=30) as transport:
+            coordinator = Coordinator(transport)
+            participants = await coordinator.discover()
+            for _ in range(3):
+                cid = new_id()
+                result = await coordinator.prepare(participants, cid, deadline_ts=deadline())
+                assert result.prepared
+                await coordinator.commit(
+                    participants, cid, str(tmp_path / cid), [], deadline_ts=deadline()
+                )
+                await coordinator.resume(participants, cid, deadline_ts=deadline())
+                await asyncio.sleep(keepalive)
+    assert all(core.phase == "idle" for core in cores.values())
+    # Whatever the timing, the only resends were of calls on closed pooled connections.
+    assert transport.requests == 3 + 3 * 9
+    assert transport.attempts == transport.requests + transport.stale_retries
+
+
+def test_bodies_encode_as_the_standard_library_reads_them() -> None:
+    """orjson's output and the standard-library fallback decode to the same body."""
+    for body in (
+        {
+            "checkpoint_id": "c",
+            "deadline_ts": 1.5e9,
+            "episode_ids": [{"rollout_id": "é", "attempt": 0}],
+        },
+        {"checkpoint_id": "c", "episode_ids": None},  # null: the fallback encodes it
+        {"checkpoint_id": "c", "big": 2**70},  # orjson refuses it: the fallback encodes it
+    ):
+        assert json.loads(encode_body(body)) == body
+
+
+async def test_non_finite_numbers_are_refused_before_sending() -> None:
+    """NaN and Infinity are not JSON: the call raises ValueError and sends nothing."""
+    async with HttpTransport({"a": "http://127.0.0.1:9"}, token=TOKEN) as transport:
+        for value in (math.nan, math.inf, -math.inf):
+            with pytest.raises(ValueError, match="JSON"):
+                body = {"checkpoint_id": "c", "deadline_ts": value}
+                await transport.request("a", "POST", "prepare", body, timeout=1.0)
+        assert transport.attempts == 0
+
+
+async def test_a_reply_with_nan_is_not_parsed() -> None:
+    """A reply body holding NaN is not JSON: it comes back as raw text with no body."""
+    app = FastAPI()
+
+    @app.get(f"{PREFIX}/status")
+    async def status() -> Response:
+        return Response('{"kind": "model", "lease": NaN}', media_type="application/json")
+
+    async with serve(app) as url, HttpTransport({"gym": url}, token=TOKEN) as transport:
+        reply = await transport.request("gym", "GET", "status", None, timeout=5.0)
+    assert (reply.status, reply.body) == (200, None)
+    assert reply.raw == '{"kind": "model", "lease": NaN}'
+
+
+async def test_a_reply_orjson_refuses_still_parses() -> None:
+    """Valid JSON orjson cannot read (an integer beyond 64 bits) is parsed all the same."""
+    app = FastAPI()
+
+    @app.get(f"{PREFIX}/status")
+    async def status() -> Response:
+        return Response(json.dumps({"kind": "model", "n": 2**70}), media_type="application/json")
+
+    async with serve(app) as url, HttpTransport({"gym": url}, token=TOKEN) as transport:
+        reply = await transport.request("gym", "GET", "status", None, timeout=5.0)
+    assert reply.body == {"kind": "model", "n": 2**70}
+
+
+def test_a_transport_belongs_to_one_event_loop() -> None:
+    """A transport used from a second event loop refuses instead of sharing its pool."""
+    core = make_core("policy", "model")
+    with serve_in_thread(participant_app(core)) as url:
+        transport = HttpTransport({"policy": url}, token=TOKEN)
+
+        async def status() -> int:
+            return (await transport.request("policy", "GET", "status", None, timeout=5.0)).status
+
+        async def status_then_close() -> int:
+            try:
+                return await status()
+            finally:
+                await transport.aclose()
+
+        runner = asyncio.Runner()
+        try:
+            assert runner.run(status()) == 200
+            with pytest.raises(RuntimeError, match="one event loop"):
+                asyncio.run(status())
+            assert runner.run(status_then_close()) == 200
+        finally:
+            runner.close()
 
 
 async def test_non_envelope_replies_are_described_raw() -> None:

@@ -1,0 +1,158 @@
+"""What the transition log costs: one snapshot cycle with logging on at INFO over logging off.
+
+The cycle is the engine's own, in process: a ``GymCheckpointAdapter`` over a
+``Coordinator`` and the in-process transport, three participant cores each
+holding 100 parked 1 KB episodes; prepare, commit, resume (every machine
+fires and logs). Checkpoints go to tmpfs (``/dev/shm`` when there is one),
+so disk flushes do not drown what is measured. Three variants, interleaved,
+each run being ``cycles`` cycles:
+
+* ``on``: structlog at INFO, JSON lines to a file, as a deployment logs;
+* ``off``: structlog filtered at WARNING, how logging is turned off;
+* ``absent``: the binding's logger replaced by one whose methods do nothing
+  (no structlog at all), to show what a filtered call still costs.
+
+``logging_overhead`` = on / off, in CPU time of this process (the cycle
+runs entirely here, its write thread included, so CPU time is its cost, and
+a busy machine distorts it far less than wall time; wall times are kept too).
+
+    cpu, wall, events = run(workdir, rounds=40, cycles=3)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from bench.envckpt_app import envckpt_core
+from bench.states import parked_states, rollout_ids
+from bench.stats import interleave_async
+from envckpt.coordination.coordinator import Coordinator
+from envckpt.coordination.inprocess import InProcessTransport
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.machines import binding
+
+TOKEN = "bench-token"
+EPISODES, STATE_BYTES = 100, 1000
+PARTICIPANTS = (("policy", "model"), ("agent", "agent"), ("resources", "resources"))
+
+
+class _NoLogger:
+    """A logger that is not there: every method returns at once."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return _nothing
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@contextmanager
+def _logging(variant: str, log_path: Path) -> Iterator[None]:
+    saved_config, saved_logger = structlog.get_config(), binding._LOG
+    with open(log_path, "a") as sink:
+        if variant in ("on", "events"):
+            structlog.configure(
+                processors=[
+                    structlog.processors.add_log_level,
+                    structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.processors.JSONRenderer(),
+                ],
+                wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+                logger_factory=structlog.WriteLoggerFactory(file=sink),
+            )
+        else:
+            structlog.configure(
+                wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+            )
+            if variant == "absent":
+                binding._LOG = _NoLogger()
+        try:
+            yield
+        finally:
+            binding._LOG = saved_logger
+            structlog.configure(**saved_config)
+
+
+async def measure(
+    workdir: Path, *, rounds: int, cycles: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """Interleaved CPU seconds per cycle of each variant, wall seconds, events per cycle."""
+    shm = Path("/dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="bench-logging-", dir=shm if shm.is_dir() else workdir))
+    log_path = workdir / "transitions.jsonl"
+    cores = {
+        name: envckpt_core(
+            server_name=name,
+            kind=kind,
+            states=parked_states(EPISODES, state_bytes=STATE_BYTES),
+        )
+        for name, kind in PARTICIPANTS
+    }
+    adapter = GymCheckpointAdapter(
+        instance=GymCheckpointInstance("bench", 0),
+        coordination=Coordinator(InProcessTransport(cores, token=TOKEN)),
+    )
+    await adapter.discover()
+    scope = tuple(EnvironmentEpisode(rollout_id, 0) for rollout_id in rollout_ids(EPISODES))
+    counter = iter(range(1 << 30))
+
+    async def cycle() -> None:
+        cid = f"log-{next(counter)}"
+        deadline = time.time() + 60
+        result = await adapter.prepare(cid, deadline_ts=deadline)
+        await adapter.commit(cid, root / cid, result.continued(scope), deadline_ts=deadline)
+        await adapter.resume(cid, deadline_ts=deadline)
+
+    wall: dict[str, list[float]] = {}
+
+    def run(variant: str) -> Callable[[], Any]:
+        wall[variant] = []
+
+        async def timed() -> float:
+            with _logging(variant, log_path):
+                start, started = time.perf_counter(), time.process_time()
+                for _ in range(cycles):
+                    await cycle()
+                seconds = (time.process_time() - started) / cycles
+                wall[variant].append((time.perf_counter() - start) / cycles)
+            for entry in root.iterdir():
+                shutil.rmtree(entry, ignore_errors=True)
+            return seconds
+
+        return timed
+
+    try:
+        runs = await interleave_async(
+            {name: run(name) for name in ("on", "off", "absent")}, rounds=rounds
+        )
+        before = _lines(log_path)
+        await run("events")()
+        events = (_lines(log_path) - before) // cycles
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return runs, {name: values[-rounds:] for name, values in wall.items() if name in runs}, events
+
+
+def _lines(path: Path) -> int:
+    with open(path, "rb") as stream:
+        return sum(1 for _ in stream)
+
+
+def run(
+    workdir: Path, *, rounds: int, cycles: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]], int]:
+    """``measure`` on a fresh event loop."""
+    return asyncio.run(measure(workdir, rounds=rounds, cycles=cycles))

@@ -1,0 +1,88 @@
+"""Records write throughput: envckpt's store against orjson + write + fsync.
+
+Both variants write the same records (``{"capture_key", "state"}`` per
+parked episode, as a commit does) to a fresh directory on the same disk:
+
+* ``store``: ``envckpt.participant.store.write_checkpoint`` (encode, hash,
+  temp file, fsync, rename, manifest, directory fsyncs);
+* ``raw``: the fastest encoder installed (orjson), one line per record,
+  one write, one fsync: no digest, no manifest, no rename.
+
+Runs alternate, each after the previous output is deleted and the disk
+synced. ``store_over_raw`` = raw seconds / store seconds (a throughput ratio,
+1.0 means the store costs nothing beyond encoding and writing).
+
+    runs, megabytes = measure(workdir, size_mb=16, rounds=5)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.states import parked_states
+from bench.stats import interleave
+from envckpt.participant.store import write_checkpoint
+
+STATE_BYTES = 4000
+
+
+def records_of(size_mb: float) -> list[dict[str, Any]]:
+    """Commit-shaped records of about ``size_mb`` MB of JSON in all."""
+    count = max(1, int(size_mb * 1_000_000 / STATE_BYTES))
+    states = parked_states(count, state_bytes=STATE_BYTES)
+    return [{"capture_key": key, "state": state} for key, state in states.items()]
+
+
+def store_write(directory: Path, records: list[dict[str, Any]]) -> None:
+    """A commit's write through envckpt's store."""
+    write_checkpoint(
+        directory,
+        kind="agent",
+        instance="bench",
+        checkpoint_id=f"bench-{uuid.uuid4().hex[:8]}",
+        records=records,
+        extras={"episode_ids": [record["capture_key"] for record in records]},
+    )
+
+
+def raw_write(directory: Path, records: list[dict[str, Any]]) -> None:
+    """The same records encoded with orjson, written once and fsynced."""
+    directory.mkdir(parents=True)
+    data = b"\n".join([orjson.dumps(record) for record in records]) + b"\n"
+    with open(directory / "records.jsonl", "xb", buffering=0) as stream:
+        view = memoryview(data)
+        while view:
+            view = view[stream.write(view) :]
+        os.fsync(stream.fileno())
+
+
+def measure(workdir: Path, *, size_mb: float, rounds: int) -> tuple[dict[str, list[float]], float]:
+    """Interleaved seconds per write of each variant, and the megabytes each writes."""
+    records = records_of(size_mb)
+    megabytes = sum(len(orjson.dumps(record)) + 1 for record in records) / 1_000_000
+
+    def timed(write: Any) -> float:
+        shutil.rmtree(workdir / "out", ignore_errors=True)
+        os.sync()
+        start = time.perf_counter()
+        write(workdir / "out", records)
+        return time.perf_counter() - start
+
+    try:
+        runs = interleave(
+            {
+                "store": lambda: timed(store_write),
+                "raw": lambda: timed(raw_write),
+            },
+            rounds=rounds,
+        )
+    finally:
+        shutil.rmtree(workdir / "out", ignore_errors=True)
+    return runs, megabytes
