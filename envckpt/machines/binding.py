@@ -5,7 +5,7 @@ that table (a "compiled" table). Models are not registered with ``add_model``,
 which checks membership in a list and so costs O(n) per model; instead each
 ``MachineState`` is a tiny object that carries its own ``state`` attribute and
 events are fired through the shared machine's event objects. Registering a
-model is therefore O(1) (see ``bench/bench_registration.py``).
+model is therefore O(1) (see ``bench/scale.py``).
 
     lifecycle = bind(INSTANCE_LIFECYCLE)
     state = lifecycle.new("shard/replica-0")

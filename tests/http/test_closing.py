@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from envckpt.coordination.transport import TransportFailure
 from envckpt.http.client import HttpTransport
 from envckpt.http.closing import AsyncCloseable
 from envckpt.sim.data_clients import HttpAgentClient
@@ -57,10 +58,11 @@ async def test_a_subclass_must_say_how_to_close() -> None:
 
 
 async def test_the_http_clients_close_their_connection_pools() -> None:
-    """HttpTransport and HttpAgentClient close their httpx pools when the context ends."""
+    """HttpTransport and HttpAgentClient close their pools when the context ends."""
     async with HttpTransport({"agent": "http://127.0.0.1:9"}, token="t" * 16) as transport:
         pass
     async with HttpAgentClient("http://127.0.0.1:9") as agent:
         pass
-    assert transport._client.is_closed
+    with pytest.raises(TransportFailure, match="closed"):
+        await transport.request("agent", "GET", "status", None, timeout=1.0)
     assert agent._client.is_closed
