@@ -41,6 +41,7 @@ from envckpt.facade.instances import LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.machines.binding import bind
+from envckpt.machines.table import STAYS
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
 TOKEN = "bench-token"
@@ -99,10 +100,15 @@ def machines(count: int) -> tuple[float, float]:
     bound = time.perf_counter() - start
     table = INSTANCE_LIFECYCLE
     machine = Machine(
-        model=None, states=list(table.states), initial=table.initial, auto_transitions=False
+        model=None,
+        states=[str(state) for state in table.states],
+        initial=str(table.initial),
+        auto_transitions=False,
     )
     for row in table.rows:
-        machine.add_transition(row.trigger, list(row.sources), row.dest)
+        # "=" is transitions' own spelling of a row that stays in its source.
+        dest = "=" if row.dest is STAYS else str(row.dest)
+        machine.add_transition(row.trigger, [str(source) for source in row.sources], dest)
     start = time.perf_counter()
     for _ in range(count):
         model = _Model()

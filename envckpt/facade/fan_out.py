@@ -36,29 +36,62 @@ def aggregate(operation: str, errors: Mapping[str, BaseException]) -> BaseExcept
     )
 
 
+# Calls in flight at once. Each is mostly waiting on its deployment, so a few
+# hundred keep the network busy; starting one task per instance at 100k
+# instances costs more in task objects and garbage collection than it gains.
+DEFAULT_CONCURRENCY = 256
+
+
 class FanOut:
     """Concurrent calls to Gym instances, results and errors keyed by instance id."""
 
-    def __init__(self, instances: Mapping[str, InstanceClient]) -> None:
+    def __init__(
+        self, instances: Mapping[str, InstanceClient], *, concurrency: int = DEFAULT_CONCURRENCY
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self.instances = dict(instances)
+        self.concurrency = concurrency
 
     async def collect(
         self,
         call: Callable[[InstanceClient], Awaitable[T]],
         instances: Iterable[InstanceClient] | None = None,
     ) -> tuple[dict[str, T], dict[str, BaseException]]:
-        """Call every instance (or ``instances``); return the results and the errors."""
+        """Call every instance (or ``instances``); return the results and the errors.
+
+        At most ``concurrency`` calls run at once; every instance is called
+        whatever the others do, and an error is kept with its instance.
+        """
         chosen = list(self.instances.values() if instances is None else instances)
-        outcomes = await asyncio.gather(*(call(i) for i in chosen), return_exceptions=True)
-        results: dict[str, T] = {}
-        errors: dict[str, BaseException] = {}
-        for instance, outcome in zip(chosen, outcomes, strict=True):
+        pending = iter(chosen)
+        done: dict[str, T] = {}
+        failed: dict[str, BaseException] = {}
+
+        async def worker() -> None:
+            for instance in pending:
+                try:
+                    done[instance.instance_id] = await call(instance)
+                except Exception as error:
+                    failed[instance.instance_id] = error
+
+        workers = [
+            asyncio.ensure_future(worker()) for _ in range(min(self.concurrency, len(chosen)))
+        ]
+        try:
+            ended = await asyncio.gather(*workers, return_exceptions=True)
+        finally:
+            for task in workers:
+                task.cancel()
+        # A BaseException (a cancellation, an exit) stopped one worker; the
+        # others went on with every remaining instance. It goes on now.
+        for outcome in ended:
             if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
-                    raise outcome
-                errors[instance.instance_id] = outcome
-            else:
-                results[instance.instance_id] = outcome
+                raise outcome
+        # In the order the instances were given, whatever order they finished in.
+        ids = [instance.instance_id for instance in chosen]
+        results = {iid: done[iid] for iid in ids if iid in done}
+        errors = {iid: failed[iid] for iid in ids if iid in failed}
         return results, errors
 
     async def require(

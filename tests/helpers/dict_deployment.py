@@ -99,6 +99,8 @@ class LoopbackHttp:
 
     # Requests delivered over HTTP by every instance (tests check it is not zero).
     delivered = 0
+    # Every one not closed yet: a test's teardown closes them (close_all).
+    unclosed: list[LoopbackHttp] = []
 
     def __init__(self, cores: Mapping[str, ParticipantCore | None], *, token: str) -> None:
         self._cores = dict(cores)
@@ -107,6 +109,7 @@ class LoopbackHttp:
         self._names: dict[int, str] = {}
         self._stack: Any = None
         self._starting: asyncio.Future[None] | None = None
+        LoopbackHttp.unclosed.append(self)
 
     async def _start(self) -> None:
         import contextlib
@@ -145,7 +148,15 @@ class LoopbackHttp:
         return reply.status, reply.body if isinstance(reply.body, dict) else {}
 
     async def aclose(self) -> None:
+        if self in LoopbackHttp.unclosed:
+            LoopbackHttp.unclosed.remove(self)
         if self._transport is not None:
             await self._transport.aclose()
         if self._stack is not None:
             await self._stack.aclose()
+
+    @classmethod
+    async def close_all(cls) -> None:
+        """Close every loopback still open (servers and client sessions)."""
+        for loopback in list(cls.unclosed):
+            await loopback.aclose()

@@ -252,6 +252,7 @@ class EngineMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Close the event loop, stop capturing logs and delete the snapshot root."""
         try:
+            self.runner.run(LoopbackHttp.close_all())
             self.runner.close()
         finally:
             self.logs.__exit__(None, None, None)
