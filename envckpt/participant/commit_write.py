@@ -93,7 +93,11 @@ async def export_and_write(
     exported = sorted_episodes(episode for episode, _ in exported_states)
     extras = hooks.commit_extras(exported)
     keys = capture_keys(exported)
-    records = [{"capture_key": e.capture_key, "state": s} for e, s in exported_states]
+    try:
+        # Gym's record envelope; the manifest keeps to Gym's fields.
+        records = [store.to_record(e, s) for e, s in exported_states]
+    except ValueError as error:
+        raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
 
     def last_step_before_publish() -> None:
         # Read now, not when the write started: a test may add a crash meanwhile.
@@ -113,7 +117,6 @@ async def export_and_write(
             instance=instance,
             checkpoint_id=checkpoint_id,
             records=records,
-            extras={"episode_ids": keys, **extras},
             before_publish=last_step_before_publish,
         )
     except _WriteAborted:

@@ -14,6 +14,7 @@ keeps, per rollout:
     fence.admitted(episode)           # a call starts
     fence.left(episode)               # ... and reaches its boundary
     fence.retire(episodes)            # marks go up before anything stops
+    fence.not_new(next_attempts)      # a restore may only install attempts new here
     fence.installed(restored, scope)  # a restore's attempts, unstarted
 """
 
@@ -64,6 +65,16 @@ class AttemptFence:
             return ErrorCode.STALE_ATTEMPT, detail
         return None
 
+    def not_new(self, attempts: Iterable[EnvironmentEpisode]) -> list[EnvironmentEpisode]:
+        """Of ``attempts``, those retired here or not newer than the latest seen here."""
+        stale = []
+        for episode in attempts:
+            mark = self._marks.get(episode.rollout_id, -1)
+            latest = self._latest.get(episode.rollout_id, -1)
+            if episode.attempt <= max(mark, latest):
+                stale.append(episode)
+        return stale
+
     def busy_at_or_below(self, episodes: Iterable[EnvironmentEpisode]) -> bool:
         """Whether a call of any of ``episodes`` (or an earlier attempt) is in flight."""
         limits: dict[str, int] = {}
@@ -96,11 +107,19 @@ class AttemptFence:
             mark = self._marks.get(episode.rollout_id, -1)
             self._marks[episode.rollout_id] = max(mark, episode.attempt)
 
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        """Drop every mark and attempt record of these rollouts."""
+    def forget(
+        self, rollout_ids: Iterable[str], *, live: frozenset[EnvironmentEpisode] = frozenset()
+    ) -> None:
+        """Drop the marks of these rollouts, and the latest attempt of those not ``live``.
+
+        A rollout that still holds state (or a call) here keeps its latest
+        attempt, so its earlier attempts stay superseded until a retire frees it.
+        """
+        holding = {episode.rollout_id for episode in live | self.in_flight()}
         for rollout_id in rollout_ids:
             self._marks.pop(rollout_id, None)
-            self._latest.pop(rollout_id, None)
+            if rollout_id not in holding:
+                self._latest.pop(rollout_id, None)
 
     # ---------------------------------------------------------------- restore
 
@@ -116,6 +135,17 @@ class AttemptFence:
         for episode in scope:
             previous = self._latest.get(episode.rollout_id, 0)
             self._latest[episode.rollout_id] = max(episode.attempt + 1, previous)
+
+    def held_rollouts(
+        self, scope: Iterable[EnvironmentEpisode], live: frozenset[EnvironmentEpisode]
+    ) -> tuple[EnvironmentEpisode, ...]:
+        """The ``scope`` episodes whose rollout holds state or a call here (sorted).
+
+        A restore retires them before it installs their next attempts: that
+        attempt and every earlier one of the rollout stop and are freed.
+        """
+        holding = {episode.rollout_id for episode in live | self.in_flight()}
+        return tuple(sorted(episode for episode in set(scope) if episode.rollout_id in holding))
 
     def fence_unstarted_outside(
         self, scope: Iterable[EnvironmentEpisode]
