@@ -188,7 +188,10 @@ def preparing(ctx: Ctx) -> None:
             ctx.ep = episode
             return
         ctx.ok("resume", checkpoint_id=cid)  # the turn ended first: try again
-    raise StartFailed("no prepare caught the turn in flight")
+    raise StartFailed(
+        "no prepare caught the turn in flight: data calls must last a few tenths of a second "
+        "(envckpt.sim.server --model-latency 0.6 --tool-latency 0.6)"
+    )
 
 
 def prepared(ctx: Ctx, *, hold: bool = False) -> None:
