@@ -78,14 +78,21 @@ async def export_and_write(
     instance: str,
     checkpoint_dir: Path,
     scope: tuple[EnvironmentEpisode, ...] | None,
+    current: Callable[[EnvironmentEpisode], bool],
     before_publish: Sequence[Callable[[], None]],
 ) -> dict[str, Any]:
-    """Export the scope once, write records and manifest; return the commit reply."""
+    """Export the scope once, write records and manifest; return the commit reply.
+
+    No scope means everything held. Only attempts that may still act
+    (``current``) are exported: a retired or superseded attempt's state
+    never leaves the process.
+    """
     checkpoint_id = write.checkpoint_id
     if write.aborted:
         # Resumed before this task first ran: leave no files behind at all.
         raise _stale(checkpoint_id)
-    wanted = hooks.live_episodes() if scope is None else frozenset(scope)
+    held_or_named = hooks.live_episodes() if scope is None else frozenset(scope)
+    wanted = frozenset(episode for episode in held_or_named if current(episode))
     # Admission stays closed until this write ends or is aborted (and an
     # aborted write never publishes), so the exported state stays quiet
     # while the worker thread serialises it.

@@ -22,8 +22,8 @@ for boundaries outside the lock so resume can interrupt it; a commit's write
 is its own task, so a commit past its deadline keeps writing and a retry
 collects it, and resume stops a write that has not published; retire raises
 the mark before it stops anything, so a racing request is refused. Retire and
-forget are cleanup calls, accepted under a finished id. A restore installs
-only attempts new to this process, and in a process that served the restored
+forget are cleanup calls, accepted under a finished id. A restore never
+installs over an attempt held here; in a process that served the restored
 rollouts it first retires their older attempts, under the same lock hold.
 """
 
@@ -269,6 +269,7 @@ class ParticipantCore:
             instance=self.instance,
             checkpoint_dir=Path(checkpoint_dir),
             scope=scope,
+            current=self.fence.is_current,
             before_publish=self.before_publish,
         )
         async with self._lock:
@@ -303,7 +304,7 @@ class ParticipantCore:
             if replayed is not None:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
-            rules.check_restorable(scope, self.fence)
+            rules.check_restorable(scope, self.hooks.live_episodes() | self.fence.in_flight())
             source, plans = await read_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,

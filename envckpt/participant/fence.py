@@ -14,7 +14,6 @@ keeps, per rollout:
     fence.admitted(episode)           # a call starts
     fence.left(episode)               # ... and reaches its boundary
     fence.retire(episodes)            # marks go up before anything stops
-    fence.not_new(next_attempts)      # a restore may only install attempts new here
     fence.installed(restored, scope)  # a restore's attempts, unstarted
 """
 
@@ -64,16 +63,6 @@ class AttemptFence:
             detail = f"{episode.capture_key} is superseded by attempt {latest}"
             return ErrorCode.STALE_ATTEMPT, detail
         return None
-
-    def not_new(self, attempts: Iterable[EnvironmentEpisode]) -> list[EnvironmentEpisode]:
-        """Of ``attempts``, those retired here or not newer than the latest seen here."""
-        stale = []
-        for episode in attempts:
-            mark = self._marks.get(episode.rollout_id, -1)
-            latest = self._latest.get(episode.rollout_id, -1)
-            if episode.attempt <= max(mark, latest):
-                stale.append(episode)
-        return stale
 
     def busy_at_or_below(self, episodes: Iterable[EnvironmentEpisode]) -> bool:
         """Whether a call of any of ``episodes`` (or an earlier attempt) is in flight."""

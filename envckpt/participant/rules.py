@@ -9,7 +9,7 @@ under its lock before any hook I/O, and a refused call has no effect.
     require_no_checkpoint_open(phase, open_, cid, op)   # invalid_phase / conflict
     check_commit(open_, cid, phase=..., ready=..., scope=...)
     replayed = restore_replay(open_, cid, args, phase=...)  # a recorded reply, or None
-    check_restorable(scope, fence)                      # stale_attempt
+    check_restorable(scope, held)                       # stale_attempt
 """
 
 from __future__ import annotations
@@ -165,17 +165,24 @@ def restore_replay(
     return reply
 
 
-def check_restorable(scope: Iterable[EnvironmentEpisode], fence: AttemptFence) -> None:
-    """Every attempt a restore would install must be new here (``stale_attempt`` if not).
+def check_restorable(
+    scope: Iterable[EnvironmentEpisode], held: frozenset[EnvironmentEpisode]
+) -> None:
+    """A restore must not install over live work (``stale_attempt`` if it would).
 
-    A next attempt that is retired here, or not newer than an attempt this
-    process already ran or installed, would either be refused from its first
-    request or mix two checkpoints' state of one attempt.
+    ``held`` is what this process holds or runs. A restored rollout holding
+    the attempt the restore would install, or a newer one, would mix two
+    checkpoints' state of one attempt, or revive an attempt a newer one
+    superseded. (Older held attempts are retired by the restore itself; a
+    next attempt that is retired here but holds nothing is installed, and
+    stays refused, as Gym does.)
     """
-    stale = fence.not_new(episode.next_attempt() for episode in scope)
-    if stale:
+    newest: dict[str, int] = {}
+    for episode in held:
+        newest[episode.rollout_id] = max(episode.attempt, newest.get(episode.rollout_id, -1))
+    live = [e for e in scope if newest.get(e.rollout_id, -1) > e.attempt]
+    if live:
         raise ParticipantError(
             ErrorCode.STALE_ATTEMPT,
-            f"restore would install attempts retired or already seen here: "
-            f"{capture_keys(stale)[:10]}",
+            f"restore would install over attempts live here: {capture_keys(live)[:10]}",
         )

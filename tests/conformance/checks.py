@@ -336,6 +336,7 @@ CHECKS: dict[str, Callable[[Run], str | None]] = {
     "restored_next": restored(lambda ctx: [ctx.ep.next_attempt().capture_key]),
     "restored_next2": restored(lambda ctx: [ctx.ep2.next_attempt().capture_key]),
     "older_attempt_fenced": data_refused(lambda ctx: ctx.ep, "stale_attempt"),
+    "next_attempt_fenced": data_refused(lambda ctx: ctx.ep.next_attempt(), "stale_attempt"),
     "attempt_fenced": data_refused(lambda ctx: ctx.ep, "stale_attempt"),
     "admission_open": admission_open,
     "retired": retired,

@@ -227,6 +227,13 @@ def restored(ctx: Ctx, *, hold: bool = False) -> None:
     ctx.open_id = rid
 
 
+def restored_live(ctx: Ctx) -> None:
+    """``ep`` restored here as its next attempt and resumed: that attempt is live here."""
+    restored(ctx, hold=True)
+    ctx.ok("resume", checkpoint_id=ctx.open_id)
+    ctx.finished_id, ctx.open_id = ctx.open_id, None
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """A starting point: its phase, what it needs from the target, how to reach it."""
@@ -244,6 +251,7 @@ STARTS: dict[str, Start] = {
     "idle+published": Start("idle", published),
     "idle+published+held": Start("idle", published_held, state=True),
     "idle+restored_before": Start("idle", restored_before, state=True),
+    "idle+restored_live": Start("idle", restored_live, state=True),
     "idle+65_finished": Start("idle", last_of_many_finished),
     "preparing": Start("preparing", preparing, state=True, inflight=True),
     "prepared": Start("prepared", prepared),

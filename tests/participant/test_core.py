@@ -750,16 +750,16 @@ async def test_restore_that_cannot_stop_older_work_installs_nothing(
     assert hooks.admission_open and hooks.calls == ["close", "open"]
 
 
-async def test_restore_refuses_attempts_that_are_not_new_here(
+async def test_restore_refuses_to_install_over_live_attempts(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    """A next attempt already run or retired here fails stale_attempt, changing nothing."""
+    """A restored rollout holding the installed attempt, or a newer one (state or a call),
+    fails stale_attempt and nothing changes."""
     source = str(await committed_dir(tmp_path, clock))
     hooks = JsonStateHooks("agent")
     core = make_core(clock, hooks)
-    async with core.admit(ep("r1", 1)):
-        pass
-    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r2", 2)])
+    await run_turn(core, hooks, ep("r1", 1), turn=9)
+    busy = await Turn.start(core, ep("r2", 3))
     before = snapshot(core)
     for scope in ([ep("r1")], [ep("r2", 1)], [ep("r1", 5), ep("r2", 1)]):
         error = await refused(
@@ -767,7 +767,34 @@ async def test_restore_refuses_attempts_that_are_not_new_here(
             core.restore("rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=scope),
         )
         assert error.status == 409
-    assert snapshot(core) == before and hooks.states == {} and hooks.retired == [(ep("r2", 2),)]
+    assert snapshot(core) == before and hooks.states == {ep("r1", 1): {"turn": 9}}
+    assert hooks.retired == [] and hooks.calls == []
+    await busy.finish()
+
+
+async def test_restore_of_attempts_retired_here_installs_them_inert(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """As Gym: a next attempt retired here (holding nothing) is installed, stays refused,
+    and is never exported."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r2", 2)])
+    reply = await core.restore(
+        "rst-1",
+        deadline_ts=START + 30,
+        checkpoint_dir=source,
+        episode_ids=[ep("r1"), ep("r2", 1)],
+    )
+    assert reply["restored"] == ["r1-a1", "r2-a2"] and ep("r2", 2) in hooks.states
+    await core.resume("rst-1", deadline_ts=START + 30)
+    await refused("stale_attempt", _enter(core, ep("r2", 2)))
+    assert (await core.prepare("c2", deadline_ts=START + 30))["phase"] == "prepared"
+    committed = await core.commit(
+        "c2", deadline_ts=START + 30, checkpoint_dir=str(tmp_path / "next"), episode_ids=None
+    )
+    assert committed["episode_ids"] == ["r1-a1"]
 
 
 def write_agent_checkpoint(root: Path, records: list[dict[str, Any]]) -> str:
@@ -1278,6 +1305,12 @@ async def test_a_process_that_only_restored_before_restores_again(
     assert reply["source_checkpoint_id"] == "src-2"
     assert reply["restored"] == ["r2-a2"] and core.phase == "restored"
     assert set(hooks.states) == {ep("r2", 2)}
+    # The same checkpoint again: r1-a1 is retired here, so it is installed and refused.
+    await core.resume("rst-2", deadline_ts=START + 30)
+    again = await core.restore(
+        "rst-3", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
+    )
+    assert again["restored"] == ["r1-a1"] and core.fence.mark("r1") == 1
 
 
 async def test_a_commit_retried_after_a_failed_write_writes_again(

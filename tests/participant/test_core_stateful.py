@@ -111,9 +111,14 @@ class Model:
         self.states = {e: t for e, t in self.states.items() if not gone(e)}
         self.in_flight = [e for e in self.in_flight if not gone(e)]
 
-    def not_new(self, attempt: EnvironmentEpisode) -> bool:
-        seen = max(self.marks.get(attempt.rollout_id, -1), self.latest.get(attempt.rollout_id, -1))
-        return attempt.attempt <= seen
+    def holds_newer(self, saved: EnvironmentEpisode) -> bool:
+        """This process holds the attempt a restore of ``saved`` installs, or a newer one."""
+        held = [*self.states, *self.in_flight]
+        return any(e.rollout_id == saved.rollout_id and e.attempt > saved.attempt for e in held)
+
+    def current(self, episode: EnvironmentEpisode) -> bool:
+        mark = self.marks.get(episode.rollout_id, -1)
+        return mark < episode.attempt >= self.latest.get(episode.rollout_id, episode.attempt)
 
     def cleanup_error(self, checkpoint_id: str, late: bool) -> str | None:
         """Retire and forget: a finished id is fine (cleanup calls)."""
@@ -348,8 +353,10 @@ class CoreMachine(RuleBasedStateMachine):
         if replay is not None:
             assert reply == replay
             return
-        records = [store.to_record(e, {"turn": turn}) for e, turn in sorted(model.states.items())]
-        assert reply["episode_ids"] == sorted(e.capture_key for e in model.states)
+        # Only attempts that may still act are exported.
+        exported = {e: turn for e, turn in model.states.items() if model.current(e)}
+        records = [store.to_record(e, {"turn": turn}) for e, turn in sorted(exported.items())]
+        assert reply["episode_ids"] == sorted(e.capture_key for e in exported)
         model.phase = "committed"
         model.write = (checkpoint_id, directory, reply)
         self.published.append((Path(directory), checkpoint_id, records))
@@ -502,7 +509,7 @@ class CoreMachine(RuleBasedStateMachine):
                 expected = "checkpoint_conflict"
             else:
                 replay = model.restore[1]
-        elif expected is None and any(model.not_new(e.next_attempt()) for e in scope):
+        elif expected is None and any(model.holds_newer(e) for e in scope):
             expected = "stale_attempt"
         reply = self.call(
             expected,
@@ -525,11 +532,24 @@ class CoreMachine(RuleBasedStateMachine):
         for episode in scope:
             rollout = episode.rollout_id
             model.latest[rollout] = max(model.latest.get(rollout, 0), episode.attempt + 1)
+        if any(not model.current(e.next_attempt()) for e in installed):
+            event("restore installs an attempt retired or superseded here (inert)")
         assert reply["source_checkpoint_id"] == source_id
         assert reply["restored"] == sorted(e.next_attempt().capture_key for e in installed)
         model.phase, model.open_id = "restored", checkpoint_id
         model.arm(deadline)
         model.restore = (args, reply)
+
+    @precondition(lambda self: bool(self.published) and self.model.phase == "idle")
+    @rule()
+    def restore_after_a_failed_restore(self) -> None:
+        """Gym's all-or-nothing cleanup (the next attempts retired here), then a restore of
+        the same checkpoint under a new id: installed, and those attempts stay refused."""
+        _, _, records = self.published[-1]
+        saved = [store.from_record(record)[0] for record in records]
+        for episode in saved:
+            self.retire(pick=0, rollout=episode.rollout_id, attempt=episode.attempt + 1, late=False)
+        self.restore_here(pick=0, chosen=list(range(len(saved))))
 
     # ------------------------------------------------------------- invariants
 
