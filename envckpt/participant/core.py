@@ -325,11 +325,11 @@ class ParticipantCore:
                 self.fence.retire(held)
                 if held:
                     await self._stop(held, deadline_ts)
+                self.hooks.install(plans)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    await self.hooks.open_admission()
+                    await self.hooks.open_admission()  # phase and admission agree
                 raise
-            self.hooks.install(plans)
             self.fence.installed((episode for episode, _ in plans), scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
             self._served_traffic = True  # installed state counts as traffic (status)

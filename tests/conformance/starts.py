@@ -190,7 +190,7 @@ def preparing(ctx: Ctx) -> None:
         ctx.ok("resume", checkpoint_id=cid)  # the turn ended first: try again
     raise StartFailed(
         "no prepare caught the turn in flight: data calls must last a few tenths of a second "
-        "(envckpt.sim.server --model-latency 0.6 --tool-latency 0.6)"
+        "(envckpt.sim.server --model-latency 1 --tool-latency 1)"
     )
 
 

@@ -47,7 +47,7 @@ LONG_TASK = {"prompt": "conformance", "turns": 9_999}
 # rows that start from preparing; "restart" has a restart_only tool server.
 OWN_DEPLOYMENTS = {
     "fast": (0.02, "export_restore"),
-    "slow": (0.6, "export_restore"),
+    "slow": (2.0, "export_restore"),
     "restart": (0.02, "restart_only"),
 }
 READY_SECONDS = 90.0
