@@ -125,3 +125,61 @@ def test_base_urls_are_named_by_kind_or_position() -> None:
     ]
     with pytest.raises(ValueError):
         parse_base_urls(["model=http://h:1", "model=http://h:2"])
+
+
+MANIFEST = {
+    "schema_version": 1,
+    "kind": "model",
+    "instance": "policy",
+    "checkpoint_id": "c",
+    "records_file": "records-x.jsonl",
+    "records_sha256": "x",
+    "record_count": 0,
+}
+REPORT = {"blockers": [], "blocker_count": 0, "counts": {}, "restarts": []}
+
+
+def _ready(ready: bool) -> dict[str, Any]:
+    return {"phase": "prepared", "report": {**REPORT, "ready": ready}}
+
+
+def _blocked(ctx: Ctx, blockers: list[str]) -> dict[str, Any]:
+    report = {**REPORT, "ready": False, "blockers": blockers, "blocker_count": len(blockers)}
+    return {"phase": "preparing", "report": report}
+
+
+# check -> (good reply body or status change, tampered one); a callable gets the Ctx.
+TAMPERED: dict[str, tuple[Any, Any]] = {
+    "ready": (_ready(True), _ready(False)),
+    "blocked": (lambda c: _blocked(c, [c.ep.capture_key]), lambda c: _blocked(c, [])),
+    "lease_extended": ({"lease_expires_at": 1300.0}, {"lease_expires_at": 1000.0}),
+    "lease_kept": ({"lease_expires_at": 1000.0}, {"lease_expires_at": 1300.0}),
+    "lease_null": ({"lease_expires_at": None}, {"lease_expires_at": 1000.0}),
+    "source": ({"source_checkpoint_id": "pub-1"}, {"source_checkpoint_id": "other"}),
+    "restored_next": (lambda c: {"restored": [c.ep.next_attempt().capture_key]}, {"restored": []}),
+    "exported_ep": (lambda c: {"episode_ids": [c.ep.capture_key]}, {"episode_ids": []}),
+    "exported_none": ({"episode_ids": []}, {"episode_ids": ["x"]}),
+    "manifest": ({"manifest": MANIFEST}, {"manifest": {**MANIFEST, "episode_ids": []}}),
+    "kind_extras": ({"staging_keys": [], "staging_keys_by_episode": {}}, {"staging_keys": []}),
+    "forgotten": ({"forgotten": ["a", "b"]}, {"forgotten": ["b", "a"]}),
+}
+STATUS_CHECKS = {"lease_extended", "lease_kept", "lease_null"}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERED))
+def test_each_check_passes_the_right_answer_and_fails_a_tampered_one(name: str) -> None:
+    """Every named check accepts what the protocol says and reports a tampered answer."""
+    case = BY_ID["forget-idle-200-sorted"]
+    verdicts = []
+    for answer in TAMPERED[name]:
+        run = run_of(case, Reply(200, {}, ""))
+        run.ctx.published_id = "pub-1"
+        run.body = {"rollout_ids": ["b", "a", "b"]}
+        run.before = {**run.before, "lease_expires_at": 1000.0}
+        value = answer(run.ctx) if callable(answer) else answer
+        if name in STATUS_CHECKS:
+            run.after = {**run.after, **value}
+        else:
+            run.reply = Reply(200, value, "")
+        verdicts.append(CHECKS[name](run))
+    assert verdicts[0] is None and verdicts[1] is not None, verdicts
