@@ -10,6 +10,7 @@ below every other layer (docs/engine.md, "Layers").
 
     Route.PREPARE.path                    # "/ng-control/v1/checkpoint/prepare"
     STAGES                                # environment, model, agent, resources
+    Capability.COMMIT_STOP in parse_capabilities(status["capabilities"])
     Phase.PREPARED                        # a participant's phase, as on the wire
     ERROR_STATUS[ErrorCode.STALE_ATTEMPT] # 409
     REQUEST_MODELS["commit"].model_validate(body)
@@ -96,6 +97,30 @@ class Mode(StrEnum):
 MODES: tuple[Mode, ...] = tuple(Mode)
 
 
+class Capability(StrEnum):
+    """Optional protocol features a participant declares in ``status`` (``capabilities``).
+
+    Gym's participants declare none; a coordinator uses a feature only with a
+    participant that declares it.
+    """
+
+    # Accepts the commit body's ``stop`` field (older Gym builds answer 422).
+    COMMIT_STOP = "commit_stop"
+
+
+# What envckpt's own participants declare.
+CAPABILITIES: tuple[Capability, ...] = tuple(Capability)
+
+
+def parse_capabilities(value: object) -> frozenset[Capability]:
+    """The known capabilities a ``status`` reply declares; anything else is ignored."""
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(
+        Capability(item) for item in value if isinstance(item, str) and item in _CAPABILITIES
+    )
+
+
 def parse_kind(value: object) -> Kind:
     """``value`` as a ``Kind``; ValueError for anything else."""
     if isinstance(value, str) and value in _KINDS:
@@ -110,6 +135,7 @@ def parse_mode(value: object) -> Mode:
     raise ValueError(f"unknown participant mode {value!r}")
 
 
+_CAPABILITIES = frozenset(capability.value for capability in Capability)
 _KINDS = frozenset(kind.value for kind in Kind)
 _MODES = frozenset(mode.value for mode in Mode)
 
@@ -240,6 +266,7 @@ class ResumeRequest(ControlRequest):
 
 class CommitRequest(ControlRequest):
     checkpoint_dir: CheckpointDir
+    # Absent or null: everything the participant holds (Gym's meaning).
     episode_ids: Episodes | None = None
     # Strict: "yes" or 1 are not a decision to free exported state.
     stop: StrictBool = False

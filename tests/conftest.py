@@ -1,4 +1,4 @@
-"""Shared pytest configuration: hypothesis profiles.
+"""Shared pytest configuration: hypothesis profiles, and the conformance suite's options.
 
 ``CI`` is loaded when the ``CI`` environment variable is set: derandomized (a
 failure reproduces on the next run), no per-example deadline (shared runners
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -22,3 +23,39 @@ settings.register_profile(
 
 if os.environ.get("CI"):
     settings.load_profile("CI")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Options of the conformance suite (tests/conformance); registered here, in the
+    root conftest, because pytest reads ``pytest_addoption`` only from conftests
+    loaded at startup."""
+    group = parser.getgroup("conformance", "checkpoint protocol conformance suite")
+    group.addoption(
+        "--base-url",
+        action="append",
+        default=[],
+        metavar="[KIND=]URL",
+        help="a participant to check instead of envckpt's own servers; repeat per "
+        "participant (KIND=URL names it, e.g. model=http://127.0.0.1:8001; a bare URL "
+        "is named by its status kind)",
+    )
+    group.addoption(
+        "--token",
+        default=None,
+        help="bearer token of the --base-url participants (or $ENVCKPT_CONFORMANCE_TOKEN)",
+    )
+    group.addoption(
+        "--conformance-profile",
+        choices=("protocol", "envckpt"),
+        default=None,
+        help="protocol: only what every implementation must do (default with --base-url); "
+        "envckpt: also envckpt's stricter behaviours (default for envckpt's own servers)",
+    )
+    group.addoption(
+        "--data-routes",
+        choices=("none", "sim"),
+        default=None,
+        help="sim: the participants also serve envckpt's simulated Gym data routes, so "
+        "rows needing held state or in-flight work run (default: sim for envckpt's own "
+        "servers, none with --base-url)",
+    )

@@ -6,7 +6,9 @@ Stateless between calls; every call is safe to retry with the same id.
   fails discovery; no policy ``model`` fails it too.
 * prepare: stage by stage, stopping at the first stage that is not ready.
 * resume: stages in reverse, past failures, one aggregated error.
-* commit, restore, renew: everyone at once.
+* commit, restore, renew: everyone at once; commit sends ``stop`` only to
+  participants whose status declares the ``commit_stop`` capability (older
+  Gym builds refuse the field with 422).
 * retire, forget: callers before callees; an empty list sends nothing.
 * restore is all-or-nothing: on failure retire the next attempts everywhere,
   resume everyone, then raise the restore error.
@@ -15,7 +17,7 @@ Stateless between calls; every call is safe to retry with the same id.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import structlog
@@ -25,7 +27,17 @@ from envckpt.coordination.transport import ControlReply, ControlTransport, Trans
 from envckpt.coordination.types import Member, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
-from envckpt.protocol import RETIRE_ORDER, STAGES, Kind, Mode, Phase, parse_kind, parse_mode
+from envckpt.protocol import (
+    RETIRE_ORDER,
+    STAGES,
+    Capability,
+    Kind,
+    Mode,
+    Phase,
+    parse_capabilities,
+    parse_kind,
+    parse_mode,
+)
 
 # Room for the reply to arrive after the participant's own deadline.
 REPLY_SLACK_SECONDS = 5.0
@@ -81,7 +93,9 @@ class Coordinator:
             except ValueError as error:
                 failures[server] = str(error)
             else:
-                members.append(Member(server_name=server, kind=kind, mode=mode))
+                declared = parse_capabilities(reply.body.get("capabilities"))
+                stop = Capability.COMMIT_STOP in declared
+                members.append(Member(server_name=server, kind=kind, mode=mode, commit_stop=stop))
 
         await asyncio.gather(*(probe(server) for server in self._transport.server_names()))
         if failures:
@@ -156,10 +170,15 @@ class Coordinator:
             "checkpoint_dir": checkpoint_dir,
             "episode_ids": None if episodes is None else _wire(episodes),
         }
-        if stop:
-            # Only sent when true: some Gym builds reject the field.
-            body["stop"] = True
-        return await self._fan_out("commit", participants.members, body, deadline_ts=deadline_ts)
+        # Sent only when true, and only to participants that declare it: some
+        # Gym builds reject the field, and none of Gym's declares it.
+        with_stop = {**body, "stop": True}
+        return await self._fan_out(
+            "commit",
+            participants.members,
+            lambda member: with_stop if stop and member.commit_stop else body,
+            deadline_ts=deadline_ts,
+        )
 
     async def restore(
         self,
@@ -260,12 +279,14 @@ class Coordinator:
         self,
         operation: str,
         members: Iterable[Member],
-        body: Mapping[str, Any],
+        body: Mapping[str, Any] | Callable[[Member], Mapping[str, Any]],
         *,
         deadline_ts: float,
     ) -> dict[str, dict[str, Any]]:
-        """POST ``operation`` to every member at once; all replies or one error."""
+        """POST ``operation`` to every member at once (``body``, or ``body(member)``);
+        all replies or one error."""
         members = tuple(members)
+        body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
         results = await asyncio.gather(
             *(
@@ -273,7 +294,7 @@ class Coordinator:
                     member.server_name,
                     "POST",
                     operation,
-                    body,
+                    body_of(member),
                     timeout=timeout,
                     connect_tries=CONTROL_CONNECT_TRIES,
                 )

@@ -29,6 +29,8 @@ class Member:
     server_name: str
     kind: Kind
     mode: Mode = Mode.EXPORT_RESTORE
+    # Declared ``commit_stop`` in status: the only members sent ``stop``.
+    commit_stop: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", parse_kind(self.kind))

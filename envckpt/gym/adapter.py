@@ -33,7 +33,6 @@ from envckpt.errors import (
 from envckpt.gym import replies
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.gym.summaries import GymCheckpointCommitSummary
-from envckpt.ids import mint_checkpoint_id
 from envckpt.machines.binding import MachineState, bind
 from envckpt.machines.tables import INSTANCE_LIFECYCLE, InstanceState
 from envckpt.protocol import ErrorCode
@@ -246,8 +245,10 @@ class GymCheckpointAdapter:
 
         Legal after a restore (kept or failed). The retire is what frees the
         restored state and fences it, so it is tried ``retire_attempts``
-        times; resume runs even if it never succeeded (the coordinator's own
-        rule), and the retire's failure is raised after.
+        times, always under ``checkpoint_id``: retire is a cleanup call that
+        participants accept under a finished id (the coordinator's own
+        all-or-nothing cleanup may have resumed it already). Resume runs even
+        if the retire never succeeded, and the retire's failure is raised after.
         """
         scope = tuple(episodes)
         if self.state is InstanceState.RESTORED:
@@ -255,18 +256,12 @@ class GymCheckpointAdapter:
             self._fire("abandon_restore", checkpoint_id)
         _LIFECYCLE.check(self._machine, "retire")
         replacements = [e.next_attempt() for e in scope]
-        retire_id = checkpoint_id
         failure: GymCheckpointUnavailable | None = None
         for _ in range(max(1, retire_attempts)):
             try:
-                await self.retire(retire_id, replacements, deadline_ts=deadline_ts)
+                await self.retire(checkpoint_id, replacements, deadline_ts=deadline_ts)
             except GymCheckpointUnavailable as error:
                 failure = error
-                if error.all_refused_with(ErrorCode.STALE_CHECKPOINT):
-                    # The coordinator's own all-or-nothing cleanup already
-                    # resumed (so fenced) this id; retire under a fresh one,
-                    # in case its retire was the step that failed.
-                    retire_id = mint_checkpoint_id("cleanup")
                 continue
             failure = None
             break

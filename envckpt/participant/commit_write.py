@@ -78,14 +78,21 @@ async def export_and_write(
     instance: str,
     checkpoint_dir: Path,
     scope: tuple[EnvironmentEpisode, ...] | None,
+    current: Callable[[EnvironmentEpisode], bool],
     before_publish: Sequence[Callable[[], None]],
 ) -> dict[str, Any]:
-    """Export the scope once, write records and manifest; return the commit reply."""
+    """Export the scope once, write records and manifest; return the commit reply.
+
+    No scope means everything held. Only attempts that may still act
+    (``current``) are exported: a retired or superseded attempt's state
+    never leaves the process.
+    """
     checkpoint_id = write.checkpoint_id
     if write.aborted:
         # Resumed before this task first ran: leave no files behind at all.
         raise _stale(checkpoint_id)
-    wanted = hooks.live_episodes() if scope is None else frozenset(scope)
+    held_or_named = hooks.live_episodes() if scope is None else frozenset(scope)
+    wanted = frozenset(episode for episode in held_or_named if current(episode))
     # Admission stays closed until this write ends or is aborted (and an
     # aborted write never publishes), so the exported state stays quiet
     # while the worker thread serialises it.
@@ -93,7 +100,11 @@ async def export_and_write(
     exported = sorted_episodes(episode for episode, _ in exported_states)
     extras = hooks.commit_extras(exported)
     keys = capture_keys(exported)
-    records = [{"capture_key": e.capture_key, "state": s} for e, s in exported_states]
+    try:
+        # Gym's record envelope; the manifest keeps to Gym's fields.
+        records = [store.to_record(e, s) for e, s in exported_states]
+    except ValueError as error:
+        raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
 
     def last_step_before_publish() -> None:
         # Read now, not when the write started: a test may add a crash meanwhile.
@@ -113,7 +124,6 @@ async def export_and_write(
             instance=instance,
             checkpoint_id=checkpoint_id,
             records=records,
-            extras={"episode_ids": keys, **extras},
             before_publish=last_step_before_publish,
         )
     except _WriteAborted:

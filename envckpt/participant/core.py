@@ -1,11 +1,12 @@
 """The participant core: one server's side of the checkpoint protocol.
 
 One core per participant server: the phase machine (``PARTICIPANT_PHASES``),
-admission, the lease, replays and fresh-process restore. Around it: the
+admission, the lease, replays and restore. Around it: the
 ``AttemptFence`` (which attempts may act), ``rules`` (which call is refused,
 with which code), ``OpenCheckpoint`` (all that lives while a checkpoint is
-open, so ending one is one assignment), ``commit_write`` and
-``restore_read``; the kind's state is behind ``StateHooks``. ``edge.handle``
+open, so ending one is one assignment), ``work`` (closing admission,
+stopping retired work), ``commit_write`` and ``restore_read``; the kind's
+state is behind ``StateHooks``. ``edge.handle``
 calls the control methods for both transports; episode handlers wrap each
 call in ``admit``::
 
@@ -20,7 +21,10 @@ Why it is built this way (protocol.md 4): every transition happens under
 for boundaries outside the lock so resume can interrupt it; a commit's write
 is its own task, so a commit past its deadline keeps writing and a retry
 collects it, and resume stops a write that has not published; retire raises
-the mark before it stops anything, so a racing request is refused.
+the mark before it stops anything, so a racing request is refused. Retire and
+forget are cleanup calls, accepted under a finished id. A restore never
+installs over an attempt held here; in a process that served the restored
+rollouts it first retires their older attempts, under the same lock hold.
 """
 
 from __future__ import annotations
@@ -39,18 +43,20 @@ from envckpt.errors import ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
-from envckpt.participant import rules
+from envckpt.participant import rules, work
 from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import read_in_thread
-from envckpt.protocol import ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
+from envckpt.protocol import CAPABILITIES, ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
 
 _PHASES = bind(PARTICIPANT_PHASES)
+# A commit's scope, sorted; None for everything the participant holds.
+Scope = tuple[EnvironmentEpisode, ...] | None
 
 
 class ParticipantCore:
@@ -122,6 +128,7 @@ class ParticipantCore:
                 "lease_expires_at": self.lease_expires_at,
                 "retired_rollouts": self.fence.retired_rollouts,
                 "served_traffic": self._served_traffic,
+                "capabilities": list(CAPABILITIES),
                 "report": self.report(),
             }
 
@@ -152,15 +159,7 @@ class ParticipantCore:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
             if self._open is None:
-                try:
-                    await self.hooks.close_admission()
-                except Exception as error:
-                    # Closing failed half-way: reopen and stay idle.
-                    with contextlib.suppress(Exception):
-                        await self.hooks.open_admission()
-                    raise ParticipantError(
-                        ErrorCode.CHECKPOINT_ERROR, f"closing admission failed: {error}"
-                    ) from error
+                await work.close_admission(self.hooks)  # reopens and raises if it fails
                 self._open = OpenCheckpoint(checkpoint_id)
             else:
                 replayed = rules.prepare_replay(self._open, checkpoint_id, phase=self.phase)
@@ -233,17 +232,16 @@ class ParticipantCore:
                 if write.failed() and self.phase is Phase.PREPARED:
                     # The write failed before publishing (nothing is published
                     # yet, so the directory is not restorable): write again.
-                    write = self._start_write(checkpoint_id, args, scope, stop)
+                    write = self._start_write(checkpoint_id, args, scope)
             else:
                 rules.check_commit(
                     self._open,
                     checkpoint_id,
                     phase=self.phase,
                     ready=self.report()["ready"],
-                    kind=self.kind,
                     scope=scope,
                 )
-                write = self._start_write(checkpoint_id, args, scope, stop)
+                write = self._start_write(checkpoint_id, args, scope)
             self._arm_lease(deadline_ts)
         timeout = max(0.0, deadline_ts - self.clock.now())
         done, _ = await asyncio.wait({write.task}, timeout=timeout)
@@ -254,34 +252,24 @@ class ParticipantCore:
             )
         return write.task.result()
 
-    def _start_write(
-        self,
-        checkpoint_id: str,
-        args: CommitArgs,
-        scope: tuple[EnvironmentEpisode, ...] | None,
-        stop: bool,
-    ) -> CommitWrite:
+    def _start_write(self, checkpoint_id: str, args: CommitArgs, scope: Scope) -> CommitWrite:
         assert self._open is not None
         write = CommitWrite(checkpoint_id, args)
-        write.start(self._write(write, Path(args[0]), scope, stop))
+        write.start(self._write(write, scope))
         self._open.commit = write
         return write
 
-    async def _write(
-        self,
-        write: CommitWrite,
-        checkpoint_dir: Path,
-        scope: tuple[EnvironmentEpisode, ...] | None,
-        stop: bool,
-    ) -> dict[str, Any]:
+    async def _write(self, write: CommitWrite, scope: Scope) -> dict[str, Any]:
         """The write, then ``commit`` fired and restored attempts left out fenced."""
+        checkpoint_dir, _, stop = write.args
         reply = await export_and_write(
             write,
             hooks=self.hooks,
             kind=self.kind,
             instance=self.instance,
-            checkpoint_dir=checkpoint_dir,
+            checkpoint_dir=Path(checkpoint_dir),
             scope=scope,
+            current=self.fence.is_current,
             before_publish=self.before_publish,
         )
         async with self._lock:
@@ -312,16 +300,11 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
-            replayed = rules.restore_replay(
-                self._open,
-                checkpoint_id,
-                args,
-                phase=self.phase,
-                served_traffic=self._served_traffic,
-            )
+            replayed = rules.restore_replay(self._open, checkpoint_id, args, phase=self.phase)
             if replayed is not None:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
+            rules.check_restorable(scope, self.hooks.live_episodes() | self.fence.in_flight())
             source, plans = await read_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
@@ -329,14 +312,27 @@ class ParticipantCore:
                 instance=self.instance,
                 scope=scope,
             )
-            # Everything validated; past here nothing may fail half-way.
+            # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
-            self.hooks.install(plans)
+            await work.close_admission(self.hooks)  # as prepare: closed until resume
+            held = self.fence.held_rollouts(scope, self.hooks.live_episodes())
+            try:
+                # A process that served these rollouts: their older attempts
+                # are retired (marks first, then stopped and freed) before the
+                # next ones are installed, under one lock hold, so no call sees
+                # both. A failure installs nothing; the marks stay, as after a
+                # failed retire.
+                self.fence.retire(held)
+                if held:
+                    await self._stop(held, deadline_ts)
+                self.hooks.install(plans)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await self.hooks.open_admission()  # phase and admission agree
+                raise
             self.fence.installed((episode for episode, _ in plans), scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
-            # Installed state counts as traffic: a second restore into this
-            # process (under another id) would mix two checkpoints' state.
-            self._served_traffic = True
+            self._served_traffic = True  # installed state counts as traffic (status)
             reply = {
                 "phase": Phase.RESTORED,
                 "checkpoint_id": checkpoint_id,
@@ -365,12 +361,8 @@ class ParticipantCore:
         """A participant left open past its lease resumes itself (an abort)."""
         lease = self.lease_expires_at
         if lease is not None and self.clock.now() > lease:
-            structlog.get_logger("envckpt.participant").warning(
-                "lease expired; resuming",
-                server=self.server_name,
-                instance=self.instance,
-                checkpoint_id=self.checkpoint_id,
-            )
+            log = structlog.get_logger("envckpt.participant").bind(server=self.server_name)
+            log.warning("lease expired; resuming", checkpoint_id=self.checkpoint_id)
             await self._abort("expire")
 
     async def expire_if_due(self) -> None:
@@ -404,26 +396,16 @@ class ParticipantCore:
         episodes = tuple(episode_ids)
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
-            rules.require_no_checkpoint_open(self.phase, self._open, checkpoint_id, "retire")
+            self._check_cleanup(checkpoint_id, deadline_ts, "retire")
             # The mark goes up before anything stops, and stays if stopping fails.
             self.fence.retire(episodes)
-            if self.phase is Phase.RESTORED:
-                self._arm_lease(deadline_ts)
-        try:
-            await self.hooks.retire(episodes)
-        except Exception as error:
-            raise ParticipantError(
-                ErrorCode.CHECKPOINT_ERROR, f"stopping retired work failed: {error}"
-            ) from error
-        while self.fence.busy_at_or_below(episodes):
-            # A retire cut short leaves the work tracked: it blocks the next prepare.
-            self._changed.clear()
-            if not await self.clock.wait_for_event(self._changed, deadline_ts):
-                raise ParticipantError(
-                    ErrorCode.DEADLINE_EXCEEDED, "retired work did not stop before the deadline"
-                )
+        await self._stop(episodes, deadline_ts)
         return {"retired": [episode.capture_key for episode in episodes]}
+
+    async def _stop(self, episodes: tuple[EnvironmentEpisode, ...], deadline_ts: float) -> None:
+        await work.stop_retired(
+            self.hooks, self.fence, self.clock, self._changed, episodes, deadline_ts
+        )
 
     async def forget(
         self, checkpoint_id: str, *, deadline_ts: float, rollout_ids: Iterable[str]
@@ -431,16 +413,23 @@ class ParticipantCore:
         ids = sorted(set(rollout_ids))
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
-            rules.require_no_checkpoint_open(self.phase, self._open, checkpoint_id, "forget")
-            rules.check_forgettable(ids, self.hooks.live_episodes() | self.fence.in_flight())
-            self.fence.forget(ids)
+            self._check_cleanup(checkpoint_id, deadline_ts, "forget")
+            # Accepted while a rollout still holds state: the marks go, the
+            # state is left to retire (and keeps its attempt current).
+            self.fence.forget(ids, live=self.hooks.live_episodes())
             self.hooks.forget(ids)
-            if self.phase is Phase.RESTORED:
-                self._arm_lease(deadline_ts)
             return {"forgotten": ids}
 
-    # --------------------------------------------------------------- helpers
+    def _check_cleanup(self, checkpoint_id: str, deadline_ts: float, operation: str) -> None:
+        """Retire, forget: idle or restored (same id), in time; a finished id is fine.
+
+        They are cleanup calls: "resume to abort, then retire the stragglers"
+        reuses the finished id. While restored they renew the lease.
+        """
+        rules.require_no_checkpoint_open(self.phase, self._open, checkpoint_id, operation)
+        rules.check_deadline(self.clock.now(), deadline_ts, operation)
+        if self.phase is Phase.RESTORED:
+            self._arm_lease(deadline_ts)
 
     def _arm_lease(self, deadline_ts: float) -> None:
         assert self._open is not None

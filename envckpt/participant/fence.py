@@ -96,11 +96,19 @@ class AttemptFence:
             mark = self._marks.get(episode.rollout_id, -1)
             self._marks[episode.rollout_id] = max(mark, episode.attempt)
 
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        """Drop every mark and attempt record of these rollouts."""
+    def forget(
+        self, rollout_ids: Iterable[str], *, live: frozenset[EnvironmentEpisode] = frozenset()
+    ) -> None:
+        """Drop the marks of these rollouts, and the latest attempt of those not ``live``.
+
+        A rollout that still holds state (or a call) here keeps its latest
+        attempt, so its earlier attempts stay superseded until a retire frees it.
+        """
+        holding = {episode.rollout_id for episode in live | self.in_flight()}
         for rollout_id in rollout_ids:
             self._marks.pop(rollout_id, None)
-            self._latest.pop(rollout_id, None)
+            if rollout_id not in holding:
+                self._latest.pop(rollout_id, None)
 
     # ---------------------------------------------------------------- restore
 
@@ -116,6 +124,17 @@ class AttemptFence:
         for episode in scope:
             previous = self._latest.get(episode.rollout_id, 0)
             self._latest[episode.rollout_id] = max(episode.attempt + 1, previous)
+
+    def held_rollouts(
+        self, scope: Iterable[EnvironmentEpisode], live: frozenset[EnvironmentEpisode]
+    ) -> tuple[EnvironmentEpisode, ...]:
+        """The ``scope`` episodes whose rollout holds state or a call here (sorted).
+
+        A restore retires them before it installs their next attempts: that
+        attempt and every earlier one of the rollout stop and are freed.
+        """
+        holding = {episode.rollout_id for episode in live | self.in_flight()}
+        return tuple(sorted(episode for episode in set(scope) if episode.rollout_id in holding))
 
     def fence_unstarted_outside(
         self, scope: Iterable[EnvironmentEpisode]

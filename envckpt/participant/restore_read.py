@@ -13,7 +13,6 @@ worker thread (``asyncio.to_thread``): it only reads files.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from pathlib import Path
 
 from envckpt.episodes import EnvironmentEpisode
@@ -43,14 +42,13 @@ def read_and_validate(
     plans: RestorePlan = []
     seen: set[EnvironmentEpisode] = set()
     for record in store.iter_records(checkpoint_dir, manifest):
-        if set(record) != {"capture_key", "state"} or not isinstance(record["state"], Mapping):
-            raise ValueError(f"malformed record {list(record)[:5]}")
-        episode = EnvironmentEpisode.from_capture_key(record["capture_key"])
+        # Gym's envelope, or envckpt's earlier {capture_key, state}.
+        episode, state = store.from_record(record)
         if episode in seen:
             raise ValueError(f"two records for {episode.capture_key}")
         seen.add(episode)
         if episode in scope:
-            plans.append((episode.next_attempt(), hooks.validate(episode, record["state"])))
+            plans.append((episode.next_attempt(), hooks.validate(episode, state)))
     return manifest.checkpoint_id, plans
 
 

@@ -7,12 +7,14 @@ under its lock before any hook I/O, and a refused call has no effect.
 
     require_open(open_, checkpoint_id)                 # checkpoint_conflict
     require_no_checkpoint_open(phase, open_, cid, op)   # invalid_phase / conflict
-    check_commit(open_, cid, phase=..., ready=..., kind=..., scope=...)
-    replayed = restore_replay(open_, cid, args)         # a recorded reply, or None
+    check_commit(open_, cid, phase=..., ready=..., scope=...)
+    replayed = restore_replay(open_, cid, args, phase=...)  # a recorded reply, or None
+    check_restorable(scope, held)                       # stale_attempt
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from envckpt.errors import ParticipantError
 from envckpt.machines.tables import PHASES_OPEN
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.open_checkpoint import OpenCheckpoint, RestoreArgs
-from envckpt.protocol import ErrorCode, Kind, Phase
+from envckpt.protocol import ErrorCode, Phase
 
 
 @dataclass(slots=True)
@@ -79,9 +81,13 @@ def require_no_checkpoint_open(
 def prepare_replay(
     open_: OpenCheckpoint, checkpoint_id: str, *, phase: Phase
 ) -> dict[str, Any] | None:
-    """A prepare while one is open: the recorded ready reply, or None to wait again."""
+    """A prepare while one is open: the recorded ready reply, or None to wait again.
+
+    The ready reply is replayed for as long as its checkpoint is open, after
+    the commit too: every call is safe to retry with the same id.
+    """
     require_open(open_, checkpoint_id)
-    if phase is Phase.PREPARED and open_.prepare_reply is not None:
+    if open_.prepare_reply is not None:
         return open_.prepare_reply  # recorded, replayed verbatim
     if phase is not Phase.PREPARING:
         raise ParticipantError(ErrorCode.INVALID_PHASE, f"prepare is not legal in phase {phase}")
@@ -106,17 +112,6 @@ def still_preparing(
     return open_
 
 
-def check_forgettable(rollout_ids: list[str], live: frozenset[EnvironmentEpisode]) -> None:
-    """Forget only rollouts that hold no live state here."""
-    wanted = set(rollout_ids)
-    busy = sorted({episode.rollout_id for episode in live if episode.rollout_id in wanted})
-    if busy:
-        raise ParticipantError(
-            ErrorCode.INVALID_PHASE,
-            f"rollouts still have live state and cannot be forgotten: {busy[:10]}",
-        )
-
-
 def check_deadline(now: float, deadline_ts: float, operation: str) -> None:
     if now > deadline_ts:
         raise ParticipantError(ErrorCode.DEADLINE_EXCEEDED, f"{operation} deadline has passed")
@@ -128,10 +123,12 @@ def check_commit(
     *,
     phase: Phase,
     ready: bool,
-    kind: Kind,
     scope: tuple[EnvironmentEpisode, ...] | None,
 ) -> None:
-    """A first commit: prepared, still ready, a scope for the model, no restart in it."""
+    """A first commit: prepared, still ready, no reported restart in its scope.
+
+    No scope (null) means everything this participant holds, for every kind.
+    """
     if open_ is None:
         raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open; prepare first")
     require_open(open_, checkpoint_id)
@@ -142,10 +139,6 @@ def check_commit(
         raise ParticipantError(
             ErrorCode.INVALID_PHASE, "no longer ready: episodes left their boundary"
         )
-    if scope is None and kind is Kind.MODEL:
-        raise ParticipantError(
-            ErrorCode.INVALID_REQUEST, "the policy model requires a commit scope"
-        )
     in_scope = frozenset() if scope is None else open_.prepared_restarts & set(scope)
     if in_scope:
         raise ParticipantError(
@@ -155,27 +148,41 @@ def check_commit(
 
 
 def restore_replay(
-    open_: OpenCheckpoint | None,
-    checkpoint_id: str,
-    args: RestoreArgs,
-    *,
-    phase: Phase,
-    served_traffic: bool,
+    open_: OpenCheckpoint | None, checkpoint_id: str, args: RestoreArgs, *, phase: Phase
 ) -> dict[str, Any] | None:
     """The recorded reply of a repeated restore, or None when a restore may run now."""
-    if open_ is not None:
-        require_open(open_, checkpoint_id)
-        if open_.restore is None:
-            raise ParticipantError(ErrorCode.INVALID_PHASE, f"restore is not legal in {phase}")
-        recorded_args, reply = open_.restore
-        if recorded_args != args:
-            raise ParticipantError(
-                ErrorCode.CHECKPOINT_CONFLICT,
-                f"restore {checkpoint_id} was already sent with other arguments",
-            )
-        return reply
-    if served_traffic:
+    if open_ is None:
+        return None
+    require_open(open_, checkpoint_id)
+    if open_.restore is None:
+        raise ParticipantError(ErrorCode.INVALID_PHASE, f"restore is not legal in {phase}")
+    recorded_args, reply = open_.restore
+    if recorded_args != args:
         raise ParticipantError(
-            ErrorCode.INVALID_PHASE, "restore needs a fresh process; this one served traffic"
+            ErrorCode.CHECKPOINT_CONFLICT,
+            f"restore {checkpoint_id} was already sent with other arguments",
         )
-    return None
+    return reply
+
+
+def check_restorable(
+    scope: Iterable[EnvironmentEpisode], held: frozenset[EnvironmentEpisode]
+) -> None:
+    """A restore must not install over live work (``stale_attempt`` if it would).
+
+    ``held`` is what this process holds or runs. A restored rollout holding
+    the attempt the restore would install, or a newer one, would mix two
+    checkpoints' state of one attempt, or revive an attempt a newer one
+    superseded. (Older held attempts are retired by the restore itself; a
+    next attempt that is retired here but holds nothing is installed, and
+    stays refused, as Gym does.)
+    """
+    newest: dict[str, int] = {}
+    for episode in held:
+        newest[episode.rollout_id] = max(episode.attempt, newest.get(episode.rollout_id, -1))
+    live = [e for e in scope if newest.get(e.rollout_id, -1) > e.attempt]
+    if live:
+        raise ParticipantError(
+            ErrorCode.STALE_ATTEMPT,
+            f"restore would install over attempts live here: {capture_keys(live)[:10]}",
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -381,6 +382,42 @@ async def test_commit_sends_stop_only_when_true(tmp_path: Path) -> None:
     bodies = [s.body for s in cluster.transport.sent if s.route == "commit"]
     assert len(bodies) == 5
     assert all(b is not None and b["stop"] is True and b["episode_ids"] is None for b in bodies)
+
+
+async def test_stop_goes_only_to_participants_that_declare_it(tmp_path: Path) -> None:
+    """A participant whose status lacks commit_stop (Gym's, older builds) never gets stop."""
+    cluster = Cluster()
+    participants = await discovered(cluster)
+    assert all(member.commit_stop for member in participants.members)
+    mixed = Participants(
+        members=tuple(
+            dataclasses.replace(m, commit_stop=m.server_name != "policy")
+            for m in participants.members
+        )
+    )
+    await cluster.coordinator.prepare(mixed, "c1", deadline_ts=cluster.deadline())
+    await cluster.coordinator.commit(
+        mixed, "c1", str(tmp_path), None, deadline_ts=cluster.deadline(), stop=True
+    )
+    bodies = {s.server: s.body for s in cluster.transport.sent if s.route == "commit"}
+    assert "stop" not in (bodies.pop("policy") or {})
+    assert all(b is not None and b["stop"] is True for b in bodies.values())
+    assert cluster.hooks["policy"].released == 0
+    assert all(cluster.hooks[name].released == 1 for name in bodies)
+
+
+async def test_discover_reads_declared_capabilities() -> None:
+    """commit_stop counts only when status lists it; unknown entries are ignored."""
+    transport = ScriptedTransport(
+        {
+            "policy": status("model", capabilities=["later-feature", 3, {}, "commit_stop"]),
+            "agent": status("agent", capabilities="commit_stop"),
+            "tools": status("resources"),
+        }
+    )
+    participants = await Coordinator(transport).discover()
+    declared = {m.server_name: m.commit_stop for m in participants.members}
+    assert declared == {"policy": True, "agent": False, "tools": False}
 
 
 async def test_restore_fans_out_and_renew_reaches_everyone(tmp_path: Path) -> None:

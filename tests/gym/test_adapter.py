@@ -214,9 +214,15 @@ async def test_restore_of_missing_state_is_corrupt_and_cleaned_up(tmp_path: Path
             deadline_ts=far(deployment),
         )
     assert adapter.state == "restore_failed"
-    await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
+    before = deployment.transport.requests
+    with capture_logs() as logs:
+        await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
     assert adapter.state == "resumed"
     assert deployment.cores["agent"].fence.mark("r1") == 1
+    # The retire under the id the coordinator already resumed is accepted at once:
+    # one retire per participant, then one resume each.
+    assert deployment.transport.requests - before == 2 * len(deployment.cores)
+    assert not [log for log in logs if log["event"].startswith("abandon restore")]
 
 
 async def test_restore_from_wrong_source_is_a_protocol_violation(tmp_path: Path) -> None:

@@ -249,13 +249,45 @@ async def test_invalid_phase(one_agent: Deployment, tmp_path: Path) -> None:
     forget = body(cid, rollout_ids=["task-1"])
     await expect(d, "agent", "forget", forget, code="invalid_phase", status=409)
     assert await d.phase("agent") == "prepared"
+    restore = body(cid, checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
+    await expect(d, "agent", "restore", restore, code="invalid_phase", status=409)
+    assert await d.phase("agent") == "prepared"
     assert (await d.post("agent", "resume", body(cid))).status == 200
-    # This process served a turn, so it may not restore.
-    await d.turn("agent", "task-1")
-    restore = body(new_id(), checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
-    detail = await expect(d, "agent", "restore", restore, code="invalid_phase", status=409)
-    assert "fresh process" in detail
-    assert await d.phase("agent") == "idle"
+
+
+async def test_gym_fidelity_over_http(tmp_path: Path) -> None:
+    """The issue-9 points over HTTP: cleanup under a finished id, prepare replayed after
+    commit, a null model scope, forget of held state, Gym's records, a second restore."""
+    async with deploy(trio()) as d:
+        await play_turns(d, "policy", "agent", "resources")
+        cid = new_id()
+        prepared = await d.post("policy", "prepare", body(cid))
+        commit = body(cid, checkpoint_dir=str(tmp_path), episode_ids=None)
+        committed = await d.post("policy", "commit", commit)
+        assert committed.status == 200, committed.describe()
+        assert committed.body["episode_ids"] == ["task-1", "task-2-a3"]  # null scope: all
+        assert (await d.post("policy", "prepare", body(cid))).body == prepared.body
+        directory = participant_dir(tmp_path, "model", "policy")
+        manifest = json.loads((directory / MANIFEST_NAME).read_text())
+        lines = (directory / manifest["records_file"]).read_text().splitlines()
+        assert json.loads(lines[1])["episode_id"] == {"rollout_id": "task-2", "attempt": 3}
+        assert len(manifest) == 7 and "episode_ids" not in manifest
+        assert (await d.post("policy", "resume", body(cid))).status == 200
+        retire = await d.post("policy", "retire", body(cid, episode_ids=wire(ep("task-1"))))
+        assert retire.status == 200 and retire.body == {"retired": ["task-1"]}
+        forget = await d.post("policy", "forget", body(cid, rollout_ids=["task-1", "task-2"]))
+        assert forget.status == 200 and ep("task-2", 3) in d.hooks("policy").states
+        # This process served traffic and restores anyway; task-2's older attempt
+        # is retired under the same lock hold as the install.
+        rid = new_id("restore")
+        scope = wire(ep("task-2", 3))
+        restore = body(rid, checkpoint_dir=str(tmp_path), episode_ids=scope)
+        restored = await d.post("policy", "restore", restore)
+        assert restored.status == 200 and restored.body["restored"] == ["task-2-a4"]
+        assert set(d.hooks("policy").states) == {ep("task-2", 4)}
+        again = body(new_id("restore"), checkpoint_dir=str(tmp_path), episode_ids=scope)
+        assert (await d.post("policy", "resume", body(rid))).status == 200
+        await expect(d, "policy", "restore", again, code="stale_attempt", status=409)
 
 
 async def test_commit_not_ready_is_invalid_phase() -> None:

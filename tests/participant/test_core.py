@@ -381,12 +381,27 @@ async def test_prepare_of_a_finished_id_is_stale(core: ParticipantCore) -> None:
 async def test_prepare_of_another_id_while_open_conflicts(
     core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
 ) -> None:
-    """prepare for another open id conflicts; on committed it is invalid_phase."""
+    """prepare for another open id conflicts, also once committed."""
     await prepared_core(core, hooks)
     await refused("checkpoint_conflict", core.prepare("c2", deadline_ts=START + 30))
     await core.commit("c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None)
-    await refused("invalid_phase", core.prepare("c1", deadline_ts=START + 30))
+    await refused("checkpoint_conflict", core.prepare("c2", deadline_ts=START + 30))
     assert core.phase == "committed"
+
+
+async def test_prepare_replayed_after_commit_returns_the_recorded_reply(
+    core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
+) -> None:
+    """A prepare repeated after the commit, same id, gets the recorded prepared reply."""
+    first = await prepared_core(core, hooks)
+    await core.commit("c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None)
+    hooks.put(ep("appeared-later"))
+    again = await core.prepare("c1", deadline_ts=START + 90)
+    assert again == first and again["phase"] == "prepared"
+    assert core.phase == "committed"
+    assert core.lease_expires_at == START + 90 + GRACE
+    await core.resume("c1", deadline_ts=START + 30)
+    await refused("stale_checkpoint", core.prepare("c1", deadline_ts=START + 30))
 
 
 # ------------------------------------------------------------------------- renew
@@ -439,14 +454,33 @@ async def test_commit_writes_records_and_manifest(
     manifest = store.read_manifest(tmp_path, kind="agent", instance="agent", checkpoint_id="c1")
     assert reply["manifest"] == manifest.to_json()
     assert manifest.record_count == 2
+    assert set(reply["manifest"]) == set(store.STANDARD_FIELDS)  # Gym's fields, no extras
     lines = store.records_path(tmp_path, manifest).read_text().splitlines()
     first = json.loads(lines[0])
     assert first == {
-        "capture_key": "r1",
-        "state": {"zeta": 1, "turn": 3, "alpha": [1, {"b": 2, "a": 1}]},
+        "episode_id": {"rollout_id": "r1", "attempt": 0},
+        "zeta": 1,
+        "turn": 3,
+        "alpha": [1, {"b": 2, "a": 1}],
     }
-    assert list(first["state"]) == ["zeta", "turn", "alpha"]
-    assert list(first["state"]["alpha"][1]) == ["b", "a"]
+    assert list(first) == ["episode_id", "zeta", "turn", "alpha"]
+    assert list(first["alpha"][1]) == ["b", "a"]
+    assert json.loads(lines[1])["episode_id"] == {"rollout_id": "r2", "attempt": 1}
+
+
+async def test_a_state_with_its_own_episode_id_field_fails_the_commit(
+    core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
+) -> None:
+    """A state field named episode_id would break the envelope: checkpoint_error, nothing out."""
+    await prepared_core(core, hooks, "c1", ep("r1"))
+    hooks.states[ep("r1")] = {"turn": 3, "episode_id": "mine"}
+    error = await refused(
+        "checkpoint_error",
+        core.commit("c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None),
+    )
+    assert "episode_id" in error.detail
+    assert not (tmp_path / "gym" / "agent" / "agent" / "manifest.json").exists()
+    assert core.phase == "prepared"
 
 
 async def test_commit_without_scope_exports_everything(
@@ -497,20 +531,19 @@ async def test_commit_rechecks_readiness(
     assert core.phase == "prepared"
 
 
-async def test_model_commit_requires_a_scope(clock: FakeClock, tmp_path: Path) -> None:
-    """The policy model refuses a commit without a scope."""
+async def test_model_commit_without_a_scope_exports_everything(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    """The policy model, like every kind, reads a null scope as everything it holds."""
     hooks = JsonStateHooks("model")
     core = make_core(clock, hooks, kind="model", name="policy")
     await prepared_core(core, hooks)
-    await refused(
-        "invalid_request",
-        core.commit("c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None),
-    )
     reply = await core.commit(
-        "c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=[ep("r1")]
+        "c1", deadline_ts=START + 30, checkpoint_dir=str(tmp_path), episode_ids=None
     )
-    assert reply["staging_keys"] == ["r1/stage"]
-    assert reply["staging_keys_by_episode"] == {"r1": ["r1/stage"]}
+    assert reply["episode_ids"] == ["r1", "r2"]
+    assert reply["staging_keys"] == ["r1/stage", "r2/stage"]
+    assert reply["staging_keys_by_episode"] == {"r1": ["r1/stage"], "r2": ["r2/stage"]}
 
 
 async def test_commit_refuses_a_scope_naming_a_restart(clock: FakeClock, tmp_path: Path) -> None:
@@ -637,28 +670,131 @@ async def test_restore_only_installs_the_scope(tmp_path: Path, clock: FakeClock)
     assert set(hooks.states) == {ep("r1", 1)}
 
 
-async def test_restore_is_refused_after_traffic_or_outside_idle(
-    tmp_path: Path, clock: FakeClock
-) -> None:
-    """restore needs idle and a process that served no traffic."""
+async def test_restore_is_refused_outside_idle(tmp_path: Path, clock: FakeClock) -> None:
+    """restore needs idle: invalid_phase for the open id, checkpoint_conflict for another."""
     source = str(await committed_dir(tmp_path, clock))
-    used = make_core(clock)
-    async with used.admit(ep("r9")):
-        pass
+    core = make_core(clock)
+    await core.prepare("c1", deadline_ts=START + 30)
     await refused(
         "invalid_phase",
-        used.restore("rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
-    )
-    fresh = make_core(clock)
-    await fresh.prepare("c1", deadline_ts=START + 30)
-    await refused(
-        "invalid_phase",
-        fresh.restore("c1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
+        core.restore("c1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
     )
     await refused(
         "checkpoint_conflict",
-        fresh.restore("rst-2", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
+        core.restore("rst-2", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
     )
+
+
+async def test_restore_into_a_process_that_served_other_rollouts(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Traffic of other rollouts does not stop a restore, and their state stays."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await run_turn(core, hooks, ep("r9"), turn=7)
+    reply = await core.restore(
+        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
+    )
+    assert reply["restored"] == ["r1-a1"]
+    assert hooks.states == {ep("r9"): {"turn": 7}, ep("r1", 1): {"turn": 3}}
+    assert core.fence.mark("r9") is None and core.fence.mark("r1") is None
+
+
+async def test_restore_retires_older_attempts_it_supersedes_before_installing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """In a process that served the restored rollouts, their older attempts are
+    marked, stopped and freed first; a parked one's state and an in-flight call alike."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(FakeClock(START, settle_rounds=200), hooks)
+    await run_turn(core, hooks, ep("r1"), turn=1)
+    busy = await Turn.start(core, ep("r2"))
+    hooks.on_retire.append(lambda episodes: busy.release.set())
+    reply = await core.restore(
+        "rst-1",
+        deadline_ts=START + 30,
+        checkpoint_dir=source,
+        episode_ids=[ep("r1"), ep("r2", 1)],
+    )
+    assert reply["restored"] == ["r1-a1", "r2-a2"]
+    assert hooks.retired == [(ep("r1"), ep("r2", 1))]
+    assert busy.task is not None and busy.task.done()
+    assert hooks.states == {ep("r1", 1): {"turn": 3}, ep("r2", 2): {"turn": 5}}
+    assert (core.fence.mark("r1"), core.fence.mark("r2")) == (0, 1)
+    assert core.fence.in_flight() == frozenset()
+    await core.resume("rst-1", deadline_ts=START + 30)
+    await refused("stale_attempt", _enter(core, ep("r1")))
+    async with core.admit(ep("r1", 1)):
+        pass
+
+
+async def test_restore_that_cannot_stop_older_work_installs_nothing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """If stopping a superseded attempt fails, nothing is installed; its mark stays."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await run_turn(core, hooks, ep("r1"), turn=1)
+    hooks.fail_retire = True
+    await refused(
+        "checkpoint_error",
+        core.restore(
+            "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
+        ),
+    )
+    assert ep("r1", 1) not in hooks.states
+    assert (core.phase, core.checkpoint_id, core.fence.mark("r1")) == ("idle", None, 0)
+    assert hooks.admission_open and hooks.calls == ["close", "open"]
+
+
+async def test_restore_refuses_to_install_over_live_attempts(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A restored rollout holding the installed attempt, or a newer one (state or a call),
+    fails stale_attempt and nothing changes."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await run_turn(core, hooks, ep("r1", 1), turn=9)
+    busy = await Turn.start(core, ep("r2", 3))
+    before = snapshot(core)
+    for scope in ([ep("r1")], [ep("r2", 1)], [ep("r1", 5), ep("r2", 1)]):
+        error = await refused(
+            "stale_attempt",
+            core.restore("rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=scope),
+        )
+        assert error.status == 409
+    assert snapshot(core) == before and hooks.states == {ep("r1", 1): {"turn": 9}}
+    assert hooks.retired == [] and hooks.calls == []
+    await busy.finish()
+
+
+async def test_restore_of_attempts_retired_here_installs_them_inert(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """As Gym: a next attempt retired here (holding nothing) is installed, stays refused,
+    and is never exported."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r2", 2)])
+    reply = await core.restore(
+        "rst-1",
+        deadline_ts=START + 30,
+        checkpoint_dir=source,
+        episode_ids=[ep("r1"), ep("r2", 1)],
+    )
+    assert reply["restored"] == ["r1-a1", "r2-a2"] and ep("r2", 2) in hooks.states
+    await core.resume("rst-1", deadline_ts=START + 30)
+    await refused("stale_attempt", _enter(core, ep("r2", 2)))
+    assert (await core.prepare("c2", deadline_ts=START + 30))["phase"] == "prepared"
+    committed = await core.commit(
+        "c2", deadline_ts=START + 30, checkpoint_dir=str(tmp_path / "next"), episode_ids=None
+    )
+    assert committed["episode_ids"] == ["r1-a1"]
 
 
 def write_agent_checkpoint(root: Path, records: list[dict[str, Any]]) -> str:
@@ -666,6 +802,26 @@ def write_agent_checkpoint(root: Path, records: list[dict[str, Any]]) -> str:
         root, kind="agent", instance="agent", checkpoint_id="src-1", records=records
     )
     return str(root)
+
+
+async def test_a_checkpoint_in_the_earlier_record_shape_still_restores(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Records written as {capture_key, state} before the switch to Gym's envelope restore."""
+    source = write_agent_checkpoint(
+        tmp_path,
+        [
+            {"capture_key": "r1", "state": {"turn": 1, "note": "a"}},
+            {"episode_id": {"rollout_id": "r2", "attempt": 1}, "turn": 2},
+        ],
+    )
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
+    reply = await core.restore(
+        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1"), ep("r2", 1)]
+    )
+    assert reply["restored"] == ["r1-a1", "r2-a2"]
+    assert hooks.states == {ep("r1", 1): {"turn": 1, "note": "a"}, ep("r2", 2): {"turn": 2}}
 
 
 @pytest.mark.parametrize(
@@ -1051,13 +1207,34 @@ async def test_retire_while_restored_needs_the_restore_id_and_renews(
     assert core.phase == "restored"
 
 
-async def test_retire_with_a_finished_id_is_stale(core: ParticipantCore) -> None:
-    """retire carrying a finished id fails stale_checkpoint without raising a mark."""
+async def test_retire_and_forget_accept_a_finished_id(
+    core: ParticipantCore, hooks: JsonStateHooks
+) -> None:
+    """Cleanup calls: "resume to abort, then retire the stragglers" reuses the id."""
+    await prepared_core(core, hooks)
     await core.resume("c1", deadline_ts=START + 30)
-    await refused(
-        "stale_checkpoint", core.retire("c1", deadline_ts=START + 30, episode_ids=[ep("r1")])
-    )
+    reply = await core.retire("c1", deadline_ts=START + 30, episode_ids=[ep("r1")])
+    assert reply == {"retired": ["r1"]}
+    assert core.fence.mark("r1") == 0 and ep("r1") not in hooks.states
+    assert await core.forget("c1", deadline_ts=START + 30, rollout_ids=["r1"]) == {
+        "forgotten": ["r1"]
+    }
     assert core.fence.mark("r1") is None
+    await refused("stale_checkpoint", core.prepare("c1", deadline_ts=START + 30))
+
+
+async def test_retire_and_forget_past_their_deadline_change_nothing(
+    core: ParticipantCore, hooks: JsonStateHooks
+) -> None:
+    """A retire or forget whose deadline passed fails deadline_exceeded before any mark moves."""
+    await run_turn(core, hooks, ep("r1"))
+    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r2")])
+    await refused(
+        "deadline_exceeded", core.retire("c1", deadline_ts=START - 1, episode_ids=[ep("r1")])
+    )
+    await refused("deadline_exceeded", core.forget("c1", deadline_ts=START - 1, rollout_ids=["r2"]))
+    assert (core.fence.mark("r1"), core.fence.mark("r2")) == (None, 0)
+    assert ep("r1") in hooks.states
 
 
 # ------------------------------------------------------------------------ forget
@@ -1074,22 +1251,23 @@ async def test_forget_clears_marks(core: ParticipantCore, hooks: JsonStateHooks)
         pass
 
 
-async def test_forget_refuses_rollouts_with_live_state(
+async def test_forget_of_a_rollout_that_holds_state_drops_only_the_marks(
     core: ParticipantCore, hooks: JsonStateHooks
 ) -> None:
-    """A rollout with parked state or in-flight work cannot be forgotten; nothing changes."""
-    await run_turn(core, hooks, ep("parked"))
-    turn = await Turn.start(core, ep("busy"))
-    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("old")])
-    for rollout in ("parked", "busy"):
-        error = await refused(
-            "invalid_phase",
-            core.forget("any", deadline_ts=START + 30, rollout_ids=[rollout, "old"]),
-        )
-        assert rollout in error.detail
-    assert core.fence.mark("old") == 0
-    assert hooks.forgotten == []
+    """Gym's meaning: the marks go, live state is left to retire, and its attempt stays
+    current (earlier attempts stay superseded)."""
+    await run_turn(core, hooks, ep("parked", 2))
+    turn = await Turn.start(core, ep("busy", 1))
+    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("parked", 1), ep("busy")])
+    reply = await core.forget("any", deadline_ts=START + 30, rollout_ids=["parked", "busy"])
+    assert reply == {"forgotten": ["busy", "parked"]}
+    assert core.fence.mark("parked") is None and core.fence.mark("busy") is None
+    assert ep("parked", 2) in hooks.states and core.fence.in_flight() == {ep("busy", 1)}
+    await refused("stale_attempt", _enter(core, ep("parked", 1)))
+    await refused("stale_attempt", _enter(core, ep("busy")))
     await turn.finish()
+    await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("parked", 2)])
+    assert hooks.states == {}
 
 
 async def test_forget_is_refused_while_open_and_renews_while_restored(
@@ -1105,22 +1283,34 @@ async def test_forget_is_refused_while_open_and_renews_while_restored(
     assert restored.lease_expires_at == START + 5000 + GRACE
 
 
-async def test_a_second_restore_into_the_same_process_is_refused(
+async def test_a_process_that_only_restored_before_restores_again(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    """Restored state counts as traffic: another restore would mix two checkpoints."""
-    source = await committed_dir(tmp_path, clock)
-    core = make_core(clock)
+    """After an all-or-nothing restore failed elsewhere (next attempts retired, resumed),
+    the same process restores a complete checkpoint under a new id."""
+    source = str(await committed_dir(tmp_path, clock))
+    other = str(await committed_dir(tmp_path / "other", clock, cid="src-2"))
+    hooks = JsonStateHooks("agent")
+    core = make_core(clock, hooks)
     await core.restore(
-        "rst-1", deadline_ts=clock.now() + 30, checkpoint_dir=str(source), episode_ids=[ep("r1")]
+        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
     )
-    await core.resume("rst-1", deadline_ts=clock.now() + 30)
-    await refused(
-        "invalid_phase",
-        core.restore(
-            "rst-2", deadline_ts=clock.now() + 30, checkpoint_dir=str(source), episode_ids=[]
-        ),
+    await core.retire("rst-1", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
+    await core.resume("rst-1", deadline_ts=START + 30)
+    await core.retire("rst-1", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
+    assert hooks.states == {}
+    reply = await core.restore(
+        "rst-2", deadline_ts=START + 30, checkpoint_dir=other, episode_ids=[ep("r2", 1)]
     )
+    assert reply["source_checkpoint_id"] == "src-2"
+    assert reply["restored"] == ["r2-a2"] and core.phase == "restored"
+    assert set(hooks.states) == {ep("r2", 2)}
+    # The same checkpoint again: r1-a1 is retired here, so it is installed and refused.
+    await core.resume("rst-2", deadline_ts=START + 30)
+    again = await core.restore(
+        "rst-3", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
+    )
+    assert again["restored"] == ["r1-a1"] and core.fence.mark("r1") == 1
 
 
 async def test_a_commit_retried_after_a_failed_write_writes_again(

@@ -1,9 +1,11 @@
 """Stateful tests for envckpt.participant.core: random control sequences against a model.
 
 One ``ParticipantCore`` (export_restore, JSON dict hooks, FakeClock) is driven
-by random turns, prepares, commits, resumes, retires, forgets, clock jumps and
-restores into a fresh core; a small reference model predicts every reply and
-refusal code, the phase, the open id, the lease and the fenced ids.
+by random turns, prepares, commits, resumes, retires and forgets (also under
+finished ids and past their deadline), clock jumps, restores into a fresh
+core and restores into the same, used one; a small reference model predicts
+every reply and refusal code, the phase, the open id, the lease, the marks,
+the held state and the fenced ids.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
@@ -37,6 +39,8 @@ ROLLOUTS = st.sampled_from(["r1", "r2", "r3"])
 ATTEMPTS = st.integers(min_value=0, max_value=3)
 # 0: a fresh id; 1-5: the open id when there is one; else an id used before.
 PICKS = st.integers(min_value=0, max_value=9)
+# Retire and forget: now and then with a deadline that has passed.
+LATE = st.integers(min_value=0, max_value=5).map(lambda n: n == 0)
 
 
 class Model:
@@ -53,6 +57,8 @@ class Model:
         self.in_flight: list[EnvironmentEpisode] = []
         self.prepare_reply: dict[str, Any] | None = None
         self.write: tuple[str, str, dict[str, Any]] | None = None
+        # restored: (directory, scope capture keys) and the reply a replay returns.
+        self.restore: tuple[tuple[str, tuple[str, ...]], dict[str, Any]] | None = None
 
     def finish(self, checkpoint_id: str) -> None:
         self.finished[checkpoint_id] = None
@@ -65,6 +71,7 @@ class Model:
         self.phase, self.open_id, self.lease = "idle", None, None
         self.prepare_reply = None
         self.write = None
+        self.restore = None
 
     def expire(self, now: float) -> None:
         if self.phase != "idle" and self.lease is not None and now > self.lease:
@@ -92,6 +99,34 @@ class Model:
 
     def live_rollouts(self) -> set[str]:
         return {e.rollout_id for e in self.states} | {e.rollout_id for e in self.in_flight}
+
+    def retire(self, episode: EnvironmentEpisode) -> None:
+        """Mark ``episode``'s rollout and drop it and its earlier attempts."""
+        rollout = episode.rollout_id
+        self.marks[rollout] = max(self.marks.get(rollout, -1), episode.attempt)
+
+        def gone(e: EnvironmentEpisode) -> bool:
+            return e.rollout_id == rollout and e.attempt <= episode.attempt
+
+        self.states = {e: t for e, t in self.states.items() if not gone(e)}
+        self.in_flight = [e for e in self.in_flight if not gone(e)]
+
+    def holds_newer(self, saved: EnvironmentEpisode) -> bool:
+        """This process holds the attempt a restore of ``saved`` installs, or a newer one."""
+        held = [*self.states, *self.in_flight]
+        return any(e.rollout_id == saved.rollout_id and e.attempt > saved.attempt for e in held)
+
+    def current(self, episode: EnvironmentEpisode) -> bool:
+        mark = self.marks.get(episode.rollout_id, -1)
+        return mark < episode.attempt >= self.latest.get(episode.rollout_id, episode.attempt)
+
+    def cleanup_error(self, checkpoint_id: str, late: bool) -> str | None:
+        """Retire and forget: a finished id is fine (cleanup calls)."""
+        if self.phase in ("preparing", "prepared", "committed"):
+            return "invalid_phase"
+        if self.phase == "restored" and checkpoint_id != self.open_id:
+            return "checkpoint_conflict"
+        return "deadline_exceeded" if late else None
 
 
 class CoreMachine(RuleBasedStateMachine):
@@ -245,8 +280,8 @@ class CoreMachine(RuleBasedStateMachine):
         if expected is None and model.phase != "idle":
             if checkpoint_id != model.open_id:
                 expected = "checkpoint_conflict"
-            elif model.phase == "prepared":
-                replay = model.prepare_reply
+            elif model.prepare_reply is not None:
+                replay = model.prepare_reply  # prepared, or committed since
             elif model.phase != "preparing":
                 expected = "invalid_phase"
         reply = self.call(expected, self.core.prepare(checkpoint_id, deadline_ts=deadline))
@@ -318,14 +353,23 @@ class CoreMachine(RuleBasedStateMachine):
         if replay is not None:
             assert reply == replay
             return
-        records = [
-            {"capture_key": e.capture_key, "state": {"turn": turn}}
-            for e, turn in sorted(model.states.items())
-        ]
-        assert reply["episode_ids"] == sorted(r["capture_key"] for r in records)
+        # Only attempts that may still act are exported.
+        exported = {e: turn for e, turn in model.states.items() if model.current(e)}
+        records = [store.to_record(e, {"turn": turn}) for e, turn in sorted(exported.items())]
+        assert reply["episode_ids"] == sorted(e.capture_key for e in exported)
         model.phase = "committed"
         model.write = (checkpoint_id, directory, reply)
         self.published.append((Path(directory), checkpoint_id, records))
+
+    @precondition(lambda self: self.model.phase == "idle" and not self.model.in_flight)
+    @rule()
+    def publish_a_checkpoint(self) -> None:
+        """prepare, commit and resume under a new id, so restores have commits to read."""
+        self.prepare(pick=0)
+        assert self.model.phase == "prepared"
+        self.commit(pick=1, same_dir=False)
+        assert self.model.phase == "committed"
+        self.resume(pick=1)
 
     @rule(pick=PICKS)
     def resume(self, pick: int) -> None:
@@ -350,51 +394,39 @@ class CoreMachine(RuleBasedStateMachine):
             model.abort()
         assert self.hooks.admission_open == (model.phase == "idle")
 
-    @rule(pick=PICKS, rollout=ROLLOUTS, attempt=ATTEMPTS)
-    def retire(self, pick: int, rollout: str, attempt: int) -> None:
+    @rule(pick=PICKS, rollout=ROLLOUTS, attempt=ATTEMPTS, late=LATE)
+    def retire(self, pick: int, rollout: str, attempt: int, late: bool) -> None:
         self.settle()
         model = self.model
         checkpoint_id = self.choose_id(pick)
         episode = EnvironmentEpisode(rollout, attempt)
-        expected = self._refused_finished_or(checkpoint_id)
-        if expected is None and model.phase in ("preparing", "prepared", "committed"):
-            expected = "invalid_phase"
-        elif expected is None and model.phase == "restored" and checkpoint_id != model.open_id:
-            expected = "checkpoint_conflict"
-        deadline = self.clock.now() + 60
+        expected = model.cleanup_error(checkpoint_id, late)
+        deadline = self.clock.now() + (-1 if late else 60)
         reply = self.call(
             expected, self.core.retire(checkpoint_id, deadline_ts=deadline, episode_ids=[episode])
         )
         if reply is None:
             return
         assert reply == {"retired": [episode.capture_key]}
-        model.marks[rollout] = max(model.marks.get(rollout, -1), attempt)
+        model.retire(episode)
         if model.phase == "restored":
             model.arm(deadline)
+        self._finish_stopped_turns()
 
-        def retired(e: EnvironmentEpisode) -> bool:
-            return e.rollout_id == rollout and e.attempt <= attempt
-
-        model.states = {e: t for e, t in model.states.items() if not retired(e)}
-        model.in_flight = [e for e in model.in_flight if not retired(e)]
-        stopped = [turn for turn in self.turns if retired(turn.episode)]
+    def _finish_stopped_turns(self) -> None:
+        """Collect the in-flight turns a retire stopped (their model entries are gone)."""
+        stopped = [turn for turn in self.turns if turn.episode not in self.model.in_flight]
         for turn in stopped:
             self.run(turn.finish())
             self.turns.remove(turn)
 
-    @rule(pick=PICKS, rollout=ROLLOUTS)
-    def forget(self, pick: int, rollout: str) -> None:
+    @rule(pick=PICKS, rollout=ROLLOUTS, late=LATE)
+    def forget(self, pick: int, rollout: str, late: bool) -> None:
         self.settle()
         model = self.model
         checkpoint_id = self.choose_id(pick)
-        expected = self._refused_finished_or(checkpoint_id)
-        if expected is None and model.phase in ("preparing", "prepared", "committed"):
-            expected = "invalid_phase"
-        elif expected is None and model.phase == "restored" and checkpoint_id != model.open_id:
-            expected = "checkpoint_conflict"
-        elif expected is None and rollout in model.live_rollouts():
-            expected = "invalid_phase"
-        deadline = self.clock.now() + 60
+        expected = model.cleanup_error(checkpoint_id, late)
+        deadline = self.clock.now() + (-1 if late else 60)
         reply = self.call(
             expected, self.core.forget(checkpoint_id, deadline_ts=deadline, rollout_ids=[rollout])
         )
@@ -402,7 +434,9 @@ class CoreMachine(RuleBasedStateMachine):
             return
         assert reply == {"forgotten": [rollout]}
         model.marks.pop(rollout, None)
-        model.latest.pop(rollout, None)
+        if rollout not in model.live_rollouts():
+            # A rollout still holding state keeps its attempt current.
+            model.latest.pop(rollout, None)
         if model.phase == "restored":
             model.arm(deadline)
 
@@ -423,7 +457,8 @@ class CoreMachine(RuleBasedStateMachine):
         self.turns.clear()
         self._new_core()
         self.model = Model()
-        scope = [EnvironmentEpisode.from_capture_key(r["capture_key"]) for r in records]
+        saved = [store.from_record(record) for record in records]
+        scope = [episode for episode, _ in saved]
         checkpoint_id = self.mint("rst")
         deadline = self.clock.now() + 30
         reply = self.run(
@@ -439,10 +474,82 @@ class CoreMachine(RuleBasedStateMachine):
         model = self.model
         model.phase, model.open_id = "restored", checkpoint_id
         model.arm(deadline)
-        for record, episode in zip(records, scope, strict=True):
-            model.states[episode.next_attempt()] = record["state"]["turn"]
+        model.restore = ((str(directory), tuple(sorted(e.capture_key for e in scope))), reply)
+        for episode, state in saved:
+            model.states[episode.next_attempt()] = state["turn"]
             model.latest[episode.rollout_id] = episode.attempt + 1
         assert {e: s["turn"] for e, s in self.hooks.states.items()} == model.states
+
+    @rule(pick=PICKS, chosen=st.lists(st.integers(min_value=0, max_value=11), max_size=3))
+    def restore_here(self, pick: int, chosen: list[int]) -> None:
+        """This same (used) process restores the last published commit, or a part of it."""
+        if not self.published:
+            return
+        self.settle()
+        model = self.model
+        directory, source_id, records = self.published[-1]
+        saved = dict(store.from_record(record) for record in records)
+        candidates = [*sorted(saved), EnvironmentEpisode("r3", 1)]  # r3-a1: perhaps no record
+        picked: dict[str, EnvironmentEpisode] = {}
+        for index in chosen:  # at most one attempt per rollout, as a coordinator sends
+            episode = candidates[index % len(candidates)]
+            picked.setdefault(episode.rollout_id, episode)
+        scope = sorted(picked.values())
+        args = (str(directory), tuple(sorted(e.capture_key for e in scope)))
+        checkpoint_id = self.choose_id(pick)
+        deadline = self.clock.now() + 30
+        expected = self._refused_finished_or(checkpoint_id)
+        replay = None
+        if expected is None and model.phase != "idle":
+            if checkpoint_id != model.open_id:
+                expected = "checkpoint_conflict"
+            elif model.restore is None:
+                expected = "invalid_phase"
+            elif model.restore[0] != args:
+                expected = "checkpoint_conflict"
+            else:
+                replay = model.restore[1]
+        elif expected is None and any(model.holds_newer(e) for e in scope):
+            expected = "stale_attempt"
+        reply = self.call(
+            expected,
+            self.core.restore(
+                checkpoint_id, deadline_ts=deadline, checkpoint_dir=args[0], episode_ids=scope
+            ),
+        )
+        if reply is None:
+            return
+        if replay is not None:
+            assert reply == replay
+            return
+        # Older attempts of restored rollouts this process holds are retired first.
+        for episode in [e for e in scope if e.rollout_id in model.live_rollouts()]:
+            model.retire(episode)
+        self._finish_stopped_turns()
+        installed = [e for e in scope if e in saved]
+        for episode in installed:
+            model.states[episode.next_attempt()] = saved[episode]["turn"]
+        for episode in scope:
+            rollout = episode.rollout_id
+            model.latest[rollout] = max(model.latest.get(rollout, 0), episode.attempt + 1)
+        if any(not model.current(e.next_attempt()) for e in installed):
+            event("restore installs an attempt retired or superseded here (inert)")
+        assert reply["source_checkpoint_id"] == source_id
+        assert reply["restored"] == sorted(e.next_attempt().capture_key for e in installed)
+        model.phase, model.open_id = "restored", checkpoint_id
+        model.arm(deadline)
+        model.restore = (args, reply)
+
+    @precondition(lambda self: bool(self.published) and self.model.phase == "idle")
+    @rule()
+    def restore_after_a_failed_restore(self) -> None:
+        """Gym's all-or-nothing cleanup (the next attempts retired here), then a restore of
+        the same checkpoint under a new id: installed, and those attempts stay refused."""
+        _, _, records = self.published[-1]
+        saved = [store.from_record(record)[0] for record in records]
+        for episode in saved:
+            self.retire(pick=0, rollout=episode.rollout_id, attempt=episode.attempt + 1, late=False)
+        self.restore_here(pick=0, chosen=list(range(len(saved))))
 
     # ------------------------------------------------------------- invariants
 

@@ -6,27 +6,33 @@ Layout (protocol.md section 6)::
     <checkpoint_dir>/gym/<kind>/<instance>/manifest.json
 
 The records file holds one compact JSON object per line (one per episode
-attempt, keys in the order they were exported). The manifest names the records
-file, its digest and its record count; it is written last and is create-only,
-so a directory without a manifest is unpublished and never restorable, and a
-directory with one never changes.
+attempt, keys in the order they were exported), in NeMo Gym's record envelope
+(``envelope``: ``{"episode_id": {"rollout_id", "attempt"}, ...state}``). The
+manifest names the records file, its digest and its record count, exactly
+Gym's fields; it is written last and is create-only, so a directory without a
+manifest is unpublished and never restorable, and a directory with one never
+changes.
 
 Call order (every function is synchronous; the participant core runs them via
 ``asyncio.to_thread``)::
 
     # commit
+    records = (to_record(episode, state) for episode, state in exported)
     manifest = write_checkpoint(checkpoint_dir, kind=..., instance=...,
-                                checkpoint_id=..., records=records,
-                                extras={"episode_ids": [...]})
+                                checkpoint_id=..., records=records)
     # restore: validate everything before installing anything
     manifest = read_manifest(checkpoint_dir, kind=..., instance=...,
                              checkpoint_id=expected_id)
     verify_records(checkpoint_dir, manifest)        # whole file, once
     for record in iter_records(checkpoint_dir, manifest):
-        install(record)
+        episode, state = from_record(record)     # either envelope shape
+        install(episode, state)
 
-The package: ``layout`` (paths and names), ``records`` (the records file),
-``manifest`` (the manifest), and here the write that ties them together.
+The package: ``layout`` (paths and names), ``envelope`` (one record's
+envelope), ``records`` (the records file), ``manifest`` (the manifest), and
+here the write that ties them together. ``extras`` (fields beside the
+standard ones) are still written and read for callers that want them; the
+participant core writes none, so its manifests carry exactly Gym's fields.
 
 Every problem found while reading raises ``CorruptCheckpoint``. Writing into a
 directory that already has a manifest raises ``CorruptCheckpoint("checkpoint
@@ -43,6 +49,7 @@ from typing import Any
 
 from envckpt.fsutil import fsync_dir
 from envckpt.ids import validate_checkpoint_id
+from envckpt.participant.store.envelope import from_record, to_record
 from envckpt.participant.store.layout import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -72,11 +79,13 @@ __all__ = [
     "SCHEMA_VERSION",
     "STANDARD_FIELDS",
     "Manifest",
+    "from_record",
     "iter_records",
     "participant_dir",
     "read_manifest",
     "records_file_name",
     "records_path",
+    "to_record",
     "verify_records",
     "write_checkpoint",
 ]

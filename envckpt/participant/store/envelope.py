@@ -1,0 +1,60 @@
+"""One record line's envelope: which episode attempt it belongs to, and its state.
+
+envckpt writes NeMo Gym's record envelope, so Gym's reader can select and
+verify envckpt's records file line by line::
+
+    {"episode_id": {"rollout_id": "r1", "attempt": 2}, <the kind's state fields...>}
+
+The kind's state fields sit beside ``episode_id``, in the order the kind
+exported them (restored state must look exactly as exported). envckpt's
+earlier shape, ``{"capture_key": "r1-a2", "state": {...}}``, is still read,
+so checkpoints written before the change stay restorable::
+
+    record = to_record(episode, state)          # Gym's envelope, for the writer
+    episode, state = from_record(record)        # either shape; ValueError if neither
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from envckpt.episodes import EnvironmentEpisode
+
+EPISODE_KEY = "episode_id"
+# envckpt's earlier record shape: exactly these two keys.
+LEGACY_KEYS = frozenset({"capture_key", "state"})
+
+
+def to_record(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> dict[str, Any]:
+    """Gym's envelope for ``episode``'s exported ``state`` (a JSON object).
+
+    Raises ValueError if the state is not an object or has its own
+    ``episode_id`` field, which the envelope needs.
+    """
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{episode.capture_key}: exported state is not a JSON object")
+    if EPISODE_KEY in state:
+        raise ValueError(f"{episode.capture_key}: exported state has a field named {EPISODE_KEY!r}")
+    record: dict[str, Any] = {EPISODE_KEY: episode.to_wire()}
+    record.update(state)
+    return record
+
+
+def from_record(record: Mapping[str, Any]) -> tuple[EnvironmentEpisode, dict[str, Any]]:
+    """The episode attempt and the state of one record, in Gym's shape or envckpt's earlier one.
+
+    Raises ValueError for anything else (the restore reports it as
+    ``invalid_checkpoint_state``).
+    """
+    if EPISODE_KEY in record:
+        # Both keys are required, as on the wire (Gym's reader would default
+        # a missing attempt to 0; its writer always writes it).
+        episode = EnvironmentEpisode.from_wire(record[EPISODE_KEY])
+        return episode, {key: value for key, value in record.items() if key != EPISODE_KEY}
+    if set(record) == LEGACY_KEYS and isinstance(record["state"], Mapping):
+        key = record["capture_key"]
+        if not isinstance(key, str):
+            raise ValueError(f"record capture_key {key!r} is not a string")
+        return EnvironmentEpisode.from_capture_key(key), dict(record["state"])
+    raise ValueError(f"malformed record with keys {sorted(record)[:5]}")
