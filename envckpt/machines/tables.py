@@ -166,7 +166,7 @@ PARTICIPANT_PHASES: MachineTable[Phase] = MachineTable(
         ),
         Row("ready", (Phase.PREPARING,), Phase.PREPARED, "every live episode at a boundary"),
         Row("commit", (Phase.PREPARED,), Phase.COMMITTED, "records and manifest published"),
-        Row("restore", (Phase.IDLE,), Phase.RESTORED, "fresh process only"),
+        Row("restore", (Phase.IDLE,), Phase.RESTORED, "no live attempt of a restored rollout"),
         Row("resume", (*_OPEN_PHASES, Phase.RESTORED), Phase.IDLE),
         Row("expire", (*_OPEN_PHASES, Phase.RESTORED), Phase.IDLE, "lease"),
     ),
