@@ -74,6 +74,10 @@ from envckpt.trainer.ledger_entry import (
     RestartPlan,
     RestoreMismatch,
     StagingRowSource,
+    as_list,
+    dropped_to_json,
+    parse_dropped,
+    restore_problems,
 )
 
 KIND = "envckpt.ledger"
@@ -94,6 +98,10 @@ class RecoveryLedger:
         self._entries: dict[str, LedgerEntry] = {}
         self._by_instance: dict[str, set[str]] = {}
         self._dropped: dict[str, set[EnvironmentEpisode]] = {}
+        self._data_plane = data_plane
+
+    def attach_data_plane(self, data_plane: StagingRowSource) -> None:
+        """The data plane snapshots check staging keys against (a loaded ledger has none)."""
         self._data_plane = data_plane
 
     # ---- reading -------------------------------------------------------------
@@ -275,6 +283,12 @@ class RecoveryLedger:
             entry = self._entries.pop(rollout_id)
             self._unindex(entry)
 
+    def restore_problems(
+        self, continued_attempts: Iterable[tuple[str, str, int]]
+    ) -> tuple[str, ...]:
+        """Why ``prepare_for_restart`` would refuse these triples (empty: it would not)."""
+        return restore_problems(self._entries, continued_attempts)
+
     def prepare_for_restart(
         self, cut: MutationCut, restored: RestoredEnvironmentRollouts
     ) -> RestartPlan:
@@ -287,31 +301,13 @@ class RecoveryLedger:
         before anything changes.
         """
         cut.require_live()
-        problems: list[str] = []
-        seen: set[str] = set()
-        for instance_id, rollout_id, attempt in sorted(restored.continued_attempts):
-            entry = self._entries.get(rollout_id)
-            if rollout_id in seen:
-                problems.append(f"{rollout_id}: restored more than once")
-            elif entry is None:
-                problems.append(f"{rollout_id}: unknown to the ledger")
-            elif entry.attempt != attempt:
-                problems.append(
-                    f"{rollout_id}: restored attempt {attempt}, ledger holds {entry.attempt}"
-                )
-            elif entry.instance_id != instance_id:
-                problems.append(
-                    f"{rollout_id}: restored on {instance_id}, ledger places it on "
-                    f"{entry.instance_id}"
-                )
-            elif not entry.on_instance:
-                problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
-            seen.add(rollout_id)
+        problems = self.restore_problems(restored.continued_attempts)
         if problems:
             raise RestoreMismatch(
-                f"restored rollouts do not match the ledger: {problems[:10]}",
-                mismatches=tuple(problems),
+                f"restored rollouts do not match the ledger: {list(problems[:10])}",
+                mismatches=problems,
             )
+        seen = {rollout_id for _, rollout_id, _ in restored.continued_attempts}
         continued: list[LedgerEntry] = []
         abandoned: list[LedgerEntry] = []
         for rollout_id, entry in list(self._entries.items()):
@@ -343,15 +339,7 @@ class RecoveryLedger:
         """The ledger as a checksummed JSON document."""
         body: dict[str, Any] = {
             "entries": [entry.to_json() for entry in self._entries.values()],
-            "dropped": [
-                {
-                    "instance_id": instance,
-                    "rollout_id": episode.rollout_id,
-                    "attempt": episode.attempt,
-                }
-                for instance in sorted(self._dropped)
-                for episode in sorted(self._dropped[instance])
-            ],
+            "dropped": dropped_to_json(self._dropped),
         }
         return checksummed.encode(kind=KIND, schema_version=SCHEMA_VERSION, body=body)
 
@@ -370,23 +358,12 @@ class RecoveryLedger:
         )
         ledger = cls(data_plane=data_plane)
         try:
-            for raw in _as_list(body["entries"], "entries"):
+            for raw in as_list(body["entries"], "entries"):
                 entry = LedgerEntry.from_json(raw)
                 if entry.rollout_id in ledger._entries:
                     raise ValueError(f"rollout {entry.rollout_id!r} appears twice")
                 ledger._put(entry)
-            for raw in _as_list(body["dropped"], "dropped"):
-                if not isinstance(raw, dict) or set(raw) != {
-                    "instance_id",
-                    "rollout_id",
-                    "attempt",
-                }:
-                    raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
-                instance = raw["instance_id"]
-                if not isinstance(instance, str) or not instance:
-                    raise ValueError("dropped instance_id must be a non-empty string")
-                episode = EnvironmentEpisode(raw["rollout_id"], raw["attempt"])
-                ledger._dropped.setdefault(instance, set()).add(episode)
+            ledger._dropped = parse_dropped(as_list(body["dropped"], "dropped"))
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"invalid ledger content: {exc}", path=path) from exc
         return ledger
@@ -467,9 +444,3 @@ class RecoveryLedger:
             owned.discard(entry.rollout_id)
             if not owned:
                 del self._by_instance[entry.instance_id]
-
-
-def _as_list(value: object, name: str) -> list[object]:
-    if not isinstance(value, list):
-        raise ValueError(f"{name} must be a list")
-    return value

@@ -6,7 +6,7 @@ moves only along the rows of ``ROLLOUT_LEDGER`` (``envckpt.machines.tables``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -143,3 +143,62 @@ class RestartPlan:
     abandoned: tuple[LedgerEntry, ...]
     keep_staging_keys: frozenset[str]
     clear_staging_keys: frozenset[str]
+
+
+def restore_problems(
+    entries: Mapping[str, LedgerEntry], continued_attempts: Iterable[tuple[str, str, int]]
+) -> tuple[str, ...]:
+    """Why the restored ``(instance_id, rollout_id, attempt)`` triples do not fit ``entries``.
+
+    Each must name the rollout's current attempt, on that instance, held by
+    it (dispatched, or restored and not yet re-sent), at most once.
+    """
+    problems: list[str] = []
+    seen: set[str] = set()
+    for instance_id, rollout_id, attempt in sorted(continued_attempts):
+        entry = entries.get(rollout_id)
+        if rollout_id in seen:
+            problems.append(f"{rollout_id}: restored more than once")
+        elif entry is None:
+            problems.append(f"{rollout_id}: unknown to the ledger")
+        elif entry.attempt != attempt:
+            problems.append(
+                f"{rollout_id}: restored attempt {attempt}, ledger holds {entry.attempt}"
+            )
+        elif entry.instance_id != instance_id:
+            problems.append(
+                f"{rollout_id}: restored on {instance_id}, ledger places it on {entry.instance_id}"
+            )
+        elif not entry.on_instance:
+            problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
+        seen.add(rollout_id)
+    return tuple(problems)
+
+
+def parse_dropped(raw: list[object]) -> dict[str, set[EnvironmentEpisode]]:
+    """The saved ``dropped`` list as instance -> attempts to retire; ValueError if malformed."""
+    dropped: dict[str, set[EnvironmentEpisode]] = {}
+    for item in raw:
+        if not isinstance(item, dict) or set(item) != {"instance_id", "rollout_id", "attempt"}:
+            raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
+        instance = item["instance_id"]
+        if not isinstance(instance, str) or not instance:
+            raise ValueError("dropped instance_id must be a non-empty string")
+        episode = EnvironmentEpisode(item["rollout_id"], item["attempt"])
+        dropped.setdefault(instance, set()).add(episode)
+    return dropped
+
+
+def dropped_to_json(dropped: Mapping[str, Iterable[EnvironmentEpisode]]) -> list[dict[str, Any]]:
+    """Attempts to retire, per instance, as ``parse_dropped`` reads them back (sorted)."""
+    return [
+        {"instance_id": instance, "rollout_id": episode.rollout_id, "attempt": episode.attempt}
+        for instance in sorted(dropped)
+        for episode in sorted(dropped[instance])
+    ]
+
+
+def as_list(value: object, name: str) -> list[object]:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list")
+    return value
