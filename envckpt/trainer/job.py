@@ -196,8 +196,9 @@ class RolloutJob:
             stop.set()
             await _cancel_all(rollouts)
             for future, name in background.items():
-                if name != "snapshots":
+                if name == "preempted":
                     future.cancel()
+            await _settled(_named(background, "finished"))  # its outcome is known; collect it
             # A snapshot in progress is let finish (cancelling it mid-way
             # would leave work for the next start); only the wait stops.
             await _settled(_named(background, "snapshots"))
