@@ -14,7 +14,8 @@ Events: ``started``, ``restored`` (snapshot, considered, continued
 reason, metrics, exported), ``snapshot_failed`` (reason), ``dispatched``,
 ``sealed``, ``interrupting`` (kind, before a planned kill or preemption),
 ``final_snapshot`` (checkpoint id or None, why cut short), ``restore_refused``,
-``done``.
+``stopped`` (a typed error ended the run), ``done``; and ``exited``, written by
+the launcher after the run ended (its exit code).
 """
 
 from __future__ import annotations
@@ -81,6 +82,15 @@ class EventLog:
             abandoned=0 if plan is None else len(plan.abandoned),
             finished_before=finished_before,
         )
+
+
+def record_exit(directory: Path, incarnation: int, code: int | None) -> None:
+    """The launcher's own line: how run ``incarnation`` ended (its exit code, -9 killed)."""
+    log = EventLog(directory / EVENTS_NAME, incarnation=incarnation)
+    try:
+        log.emit("exited", code=code)
+    finally:
+        log.close()
 
 
 def read_events(path: Path) -> Iterator[dict[str, Any]]:

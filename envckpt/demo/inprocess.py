@@ -22,11 +22,18 @@ from typing import Any
 from envckpt import crashpoints
 from envckpt.clock import SystemClock
 from envckpt.crashpoints import SimulatedCrash
-from envckpt.demo.events import EVENTS_NAME, EventLog
-from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
+from envckpt.demo.events import EVENTS_NAME, EventLog, record_exit
+from envckpt.demo.plan import (
+    KILL_IN_RESTORE,
+    PLAN_NAME,
+    PREEMPT,
+    Interrupter,
+    Interruption,
+    save_plan,
+)
 from envckpt.demo.processes import RESTARTED_AFTER
 from envckpt.demo.report import ProgressBar, Verdict
-from envckpt.demo.scenario import DemoSettings, make_tasks
+from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, make_tasks, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge, read_run, write_verdict
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
@@ -193,14 +200,15 @@ async def _drive(
 
 async def run_demo(settings: DemoSettings, plan: list[Interruption]) -> tuple[Verdict, str]:
     """Run the job in this process until it finishes; judge it like the process demo."""
-    exits: dict[int, int | None] = {}
+    save_settings(settings, settings.directory / SETTINGS_NAME)
+    save_plan(plan, settings.directory / PLAN_NAME)
     for number in range(1, len(plan) + 3):
         interruption = plan[number - 1] if number <= len(plan) else None
         code = await run_incarnation(settings, number, interruption)
-        exits[number] = code
+        record_exit(settings.directory, number, code)
         if code not in RESTARTED_AFTER:
             break
-    record = read_run(settings, planned=plan, exits=exits)
+    record = read_run(settings.directory)
     verdict = judge(settings, record)
     write_verdict(verdict, settings.directory / "verdict.json")
     return verdict, render_summary(settings, record, verdict)

@@ -24,14 +24,17 @@ import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from envckpt.crashpoints import RESTORE_POINTS
+from envckpt.fsutil import atomic_write_bytes
 
 KILL = "kill"
 KILL_IN_RESTORE = "kill_in_restore"
 PREEMPT = "preempt"
 KINDS = (KILL, KILL_IN_RESTORE, PREEMPT)
+PLAN_NAME = "plan.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,16 @@ def plan_interruptions(*, seed: int, kills: int, preempt: bool) -> list[Interrup
         point = rng.choice(RESTORE_POINTS) if kind == KILL_IN_RESTORE else ""
         plan.append(Interruption(kind, after, point, rng.randrange(1 << 30)))
     return plan
+
+
+def save_plan(plan: list[Interruption], path: Path) -> None:
+    atomic_write_bytes(path, json.dumps([asdict(i) for i in plan], indent=1).encode())
+
+
+def load_plan(path: Path) -> list[Interruption]:
+    if not path.exists():
+        return []
+    return [Interruption(**raw) for raw in json.loads(path.read_text())]
 
 
 class Interrupter:

@@ -16,12 +16,11 @@ import sys
 import time
 from typing import Any
 
-from envckpt.demo.events import EVENTS_NAME, read_events
-from envckpt.demo.plan import Interruption
+from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
+from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
 from envckpt.demo.report import ProgressBar, Verdict
-from envckpt.demo.scenario import DemoSettings
+from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
-from envckpt.demo.trainer_process import save_settings
 from envckpt.demo.verdict import KILLED, judge, read_run, write_verdict
 from envckpt.trainer.job_errors import JobExit
 
@@ -43,7 +42,7 @@ def start_job(
         "-m",
         "envckpt.demo.trainer_process",
         "--config",
-        str(settings.directory / "job.json"),
+        str(settings.directory / SETTINGS_NAME),
         "--incarnation",
         str(incarnation),
     ]
@@ -93,16 +92,18 @@ def run_processes(
     settings: DemoSettings, plan: list[Interruption], *, ray: bool = False
 ) -> tuple[Verdict, str]:
     """Run the job until it finishes (each planned interruption, then a restart)."""
-    save_settings(settings, settings.directory / "job.json")
+    save_settings(settings, settings.directory / SETTINGS_NAME)
+    save_plan(plan, settings.directory / PLAN_NAME)
     exits: dict[int, int | None] = {}
     for incarnation in range(1, len(plan) + 3):
         interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
         process = start_job(settings, incarnation, interruption=interruption, ray=ray)
         code = watch(settings, process, incarnation)
         exits[incarnation] = code
+        record_exit(settings.directory, incarnation, code)
         if code not in RESTARTED_AFTER:
             break
-    record = read_run(settings, planned=plan, exits=exits)
+    record = read_run(settings.directory)
     verdict = judge(settings, record)
     write_verdict(verdict, settings.directory / "verdict.json")
     text = render_summary(settings, record, verdict)

@@ -6,10 +6,12 @@ same job and are judged by the same verdict (``verdict``).
 
 from __future__ import annotations
 
+import json
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.trainer.job import RolloutTask
 
@@ -43,6 +45,21 @@ class DemoSettings:
         # Every instance runs the same scripted policy, so a rollout's transcript
         # depends only on its id and task.
         return self.seed
+
+
+SETTINGS_NAME = "job.json"
+
+
+def save_settings(settings: DemoSettings, path: Path) -> None:
+    raw = asdict(settings)
+    raw["directory"] = str(settings.directory)
+    atomic_write_bytes(path, json.dumps(raw, sort_keys=True, indent=1).encode())
+
+
+def load_settings(path: Path) -> DemoSettings:
+    raw = json.loads(path.read_text())
+    raw["directory"] = Path(raw["directory"])
+    return DemoSettings(**raw)
 
 
 def make_tasks(settings: DemoSettings) -> list[RolloutTask]:

@@ -32,7 +32,6 @@ import os
 import signal
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from envckpt import crashpoints
 from envckpt.demo.events import EVENTS_NAME, EventLog
 from envckpt.demo.gym_hosting import Hosted, http_instances, ray_instances
 from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
-from envckpt.demo.scenario import DemoSettings, make_tasks
+from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.http.serve import serve
@@ -65,18 +64,6 @@ TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
 # Each refused snapshot costs one restart of the Gym servers; there are at
 # most keep_latest_k snapshots to refuse.
 _MAX_GYM_RESTARTS = 8
-
-
-def load_settings(path: Path) -> DemoSettings:
-    raw = json.loads(path.read_text())
-    raw["directory"] = Path(raw["directory"])
-    return DemoSettings(**raw)
-
-
-def save_settings(settings: DemoSettings, path: Path) -> None:
-    raw = asdict(settings)
-    raw["directory"] = str(settings.directory)
-    atomic_write_bytes(path, json.dumps(raw, sort_keys=True, indent=1).encode())
 
 
 async def run_job(

@@ -1,12 +1,13 @@
 """The demo's verdict, computed only from what the job left behind.
 
-    record = read_run(settings, planned=plan, exits={1: -9, 2: -9, 3: 0})
+    record = read_run(directory)            # job.json, plan.json, events, results, audit
     verdict = judge(settings, record)       # every check, and the run's numbers
-    write_verdict(verdict, settings.directory / "verdict.json")
+    write_verdict(verdict, directory / "verdict.json")
 
-``read_run`` reads the files that outlive every process: ``events.jsonl``
-(restores, snapshots, interruptions), ``results.json`` and the tool's
-``audit.jsonl``; the caller adds what it saw itself (exit codes). ``judge``
+``read_run`` reads only files that outlive every process: the plan,
+``events.jsonl`` (restores, snapshots, interruptions, and each run's exit
+code as its launcher saw it), ``results.json`` and the tool's
+``audit.jsonl``; so the verdict can be recomputed from the directory. ``judge``
 then checks that the promise held and that the run tested something: it
 fails when nothing continued from a saved turn. Every check is exercised
 against tampered records in the tests.
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.demo.events import EVENTS_NAME, read_events
-from envckpt.demo.plan import KILL, KILL_IN_RESTORE, PREEMPT, Interruption
+from envckpt.demo.plan import KILL, KILL_IN_RESTORE, PLAN_NAME, PREEMPT, Interruption, load_plan
 from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.fsutil import atomic_write_bytes
@@ -75,20 +76,19 @@ class RunRecord:
     done: bool = False
 
 
-def read_run(
-    settings: DemoSettings, *, planned: Sequence[Interruption], exits: Mapping[int, int | None]
-) -> RunRecord:
-    """The record of a run from its directory, plus the exit codes its launcher saw."""
-    directory = settings.directory
+def read_run(directory: Path) -> RunRecord:
+    """The record of a run, from its directory alone."""
     record = RunRecord(
         results=_json_or(directory / "results.json", {}),
         audit=_json_lines(directory / "audit.jsonl"),
-        planned=list(planned),
-        exits=dict(exits),
+        planned=load_plan(directory / PLAN_NAME),
     )
     for event in read_events(directory / EVENTS_NAME):
         incarnation, kind = int(event.get("incarnation", 0)), event.get("event")
-        if kind == "restored":
+        if kind == "exited":
+            code = event.get("code")
+            record.exits[incarnation] = None if code is None else int(code)
+        elif kind == "restored":
             record.restores.append(
                 RestoreRecord(
                     incarnation,
