@@ -58,7 +58,7 @@ from envckpt.trainer.job_errors import (
 )
 from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
-from envckpt.trainer.startup import PendingStaging, start_trainer
+from envckpt.trainer.startup import PendingStaging, claim_root, start_trainer
 
 TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
 # Each refused snapshot costs one restart of the Gym servers; there are at
@@ -82,7 +82,10 @@ async def run_job(
     rows = PendingStaging()
     app = FastAPI()
     app.include_router(rows_router(rows.stage, token=token))
+    lock = None
     try:
+        # Before any Gym server starts: a root this job cannot use refuses at once.
+        lock = claim_root(settings.directory)
         async with serve(app) as trainer_url:
             rows_url = f"{trainer_url}/rows"
             for _ in range(_MAX_GYM_RESTARTS):
@@ -105,6 +108,8 @@ async def run_job(
         events.emit("stopped", error=type(error).__name__, reason=str(error))
         raise
     finally:
+        if lock is not None:
+            lock.release()
         signals.uninstall()
         events.close()
 
