@@ -35,7 +35,7 @@ from envckpt.demo.processes import RESTARTED_AFTER
 from envckpt.demo.report import ProgressBar, Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, make_tasks, save_settings
 from envckpt.demo.summary import render_summary
-from envckpt.demo.verdict import KILLED, judge, read_run, write_verdict
+from envckpt.demo.verdict import KILLED, judge_directory
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.fsutil import atomic_write_bytes
@@ -208,7 +208,5 @@ async def run_demo(settings: DemoSettings, plan: list[Interruption]) -> tuple[Ve
         record_exit(settings.directory, number, code)
         if code not in RESTARTED_AFTER:
             break
-    record = read_run(settings.directory)
-    verdict = judge(settings, record)
-    write_verdict(verdict, settings.directory / "verdict.json")
+    record, verdict = judge_directory(settings)
     return verdict, render_summary(settings, record, verdict)

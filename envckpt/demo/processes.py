@@ -21,7 +21,7 @@ from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
 from envckpt.demo.report import ProgressBar, Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
-from envckpt.demo.verdict import KILLED, judge, read_run, write_verdict
+from envckpt.demo.verdict import KILLED, judge_directory
 from envckpt.trainer.job_errors import JobExit
 
 # A run that ends with one of these is followed by a restart.
@@ -103,9 +103,7 @@ def run_processes(
         record_exit(settings.directory, incarnation, code)
         if code not in RESTARTED_AFTER:
             break
-    record = read_run(settings.directory)
-    verdict = judge(settings, record)
-    write_verdict(verdict, settings.directory / "verdict.json")
+    record, verdict = judge_directory(settings)
     text = render_summary(settings, record, verdict)
     last = max(exits)
     if exits[last] not in (0, None):

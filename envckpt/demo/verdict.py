@@ -311,6 +311,14 @@ def write_verdict(verdict: Verdict, path: Path) -> None:
     atomic_write_bytes(path, json.dumps(verdict.to_json(), indent=1, sort_keys=True).encode())
 
 
+def judge_directory(settings: DemoSettings) -> tuple[RunRecord, Verdict]:
+    """Read the run in ``settings.directory``, judge it, and write its ``verdict.json``."""
+    record = read_run(settings.directory)
+    verdict = judge(settings, record)
+    write_verdict(verdict, settings.directory / "verdict.json")
+    return record, verdict
+
+
 def _uncredited(
     results: Mapping[str, Mapping[str, Any]], audit: Sequence[Mapping[str, Any]]
 ) -> int:

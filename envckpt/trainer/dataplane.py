@@ -157,18 +157,7 @@ class SqliteDataPlane:
 
     def missing_keys(self, keys: Iterable[str]) -> frozenset[str]:
         """The keys of ``keys`` that have no row (empty: all present)."""
-        wanted = sorted(set(keys))
-        present: set[str] = set()
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start : start + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            present.update(
-                row[0]
-                for row in self._conn.execute(
-                    f"SELECT staging_key FROM staging_rows WHERE staging_key IN ({marks})", chunk
-                )
-            )
-        return frozenset(wanted) - present
+        return _missing_keys(self._conn, keys)
 
     # ---- writes (each takes a cut) -------------------------------------------
 
@@ -341,25 +330,13 @@ class StagedDataPlane:
 
     def missing_keys(self, keys: Iterable[str]) -> frozenset[str]:
         """The keys of ``keys`` that have no row in the copy (read-only)."""
-        wanted = sorted(set(keys))
         conn = sqlite3.connect(f"file:{self.copy}?mode=ro", uri=True)
         try:
-            present: set[str] = set()
-            for start in range(0, len(wanted), _CHUNK):
-                chunk = wanted[start : start + _CHUNK]
-                marks = ", ".join("?" * len(chunk))
-                present.update(
-                    row[0]
-                    for row in conn.execute(
-                        f"SELECT staging_key FROM staging_rows WHERE staging_key IN ({marks})",
-                        chunk,
-                    )
-                )
+            return _missing_keys(conn, keys)
         except sqlite3.DatabaseError as exc:
             raise DataPlaneCorrupt(f"unreadable data plane: {exc}", path=str(self.source)) from exc
         finally:
             conn.close()
-        return frozenset(wanted) - present
 
     def install(self) -> SqliteDataPlane:
         """Replace the live file with the copy and open it.
@@ -378,6 +355,21 @@ class StagedDataPlane:
 
     def discard(self) -> None:
         self.copy.unlink(missing_ok=True)
+
+
+def _missing_keys(conn: sqlite3.Connection, keys: Iterable[str]) -> frozenset[str]:
+    wanted = sorted(set(keys))
+    present: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        present.update(
+            row[0]
+            for row in conn.execute(
+                f"SELECT staging_key FROM staging_rows WHERE staging_key IN ({marks})", chunk
+            )
+        )
+    return frozenset(wanted) - present
 
 
 def _check_schema(conn: sqlite3.Connection, where: str) -> None:

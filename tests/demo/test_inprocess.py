@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 
 import envckpt.demo
 import envckpt.demo.inprocess
@@ -17,24 +13,9 @@ from envckpt.demo.plan import Interruption
 from envckpt.demo.report import NUMBERS, Verdict
 from envckpt.demo.scenario import DemoSettings
 
+from helpers.demo_cli import restored_logging, run_main
+
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.2"]
-
-
-@contextlib.contextmanager
-def restored_logging() -> Iterator[None]:
-    """The demo configures structlog globally; put the previous configuration back."""
-    saved = structlog.get_config()
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)
-
-
-def run_main(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with restored_logging(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = envckpt.demo.main(argv)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_in_process_demo_kills_twice_restores_and_passes(tmp_path: Path) -> None:

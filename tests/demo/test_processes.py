@@ -2,45 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import structlog
-
-import envckpt.demo
 from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.demo.summary import run_pauses
 
+from helpers.demo_cli import run_main
+
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
-
-
-@contextlib.contextmanager
-def restored_logging() -> Iterator[None]:
-    saved = structlog.get_config()
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)
-
-
-def run_main(argv: list[str]) -> tuple[int, str]:
-    out = io.StringIO()
-    with (
-        restored_logging(),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(io.StringIO()),
-    ):
-        code = envckpt.demo.main(argv)
-    return code, out.getvalue()
 
 
 def test_the_process_demo_kills_for_real_and_passes_its_verdict(tmp_path: Path) -> None:
     """SIGKILL mid-run, SIGKILL inside the next restore, fresh processes finish: PASS."""
-    code, text = run_main([*SMALL, "--seed", "2", "--dir", str(tmp_path)])
+    code, text, _ = run_main([*SMALL, "--seed", "2", "--dir", str(tmp_path)])
     assert code == 0, text
     assert "VERDICT: PASS" in text
     assert "SIGKILL after" in text and "SIGKILL inside the restore" in text
@@ -59,7 +35,7 @@ def test_the_process_demo_kills_for_real_and_passes_its_verdict(tmp_path: Path) 
 
 def test_the_process_demo_preempted_by_sigterm_redoes_no_turn(tmp_path: Path) -> None:
     """SIGTERM: a final snapshot, exit 75, the restart continues from it, nothing recomputed."""
-    code, text = run_main([*SMALL, "--preempt", "--dir", str(tmp_path)])
+    code, text, _ = run_main([*SMALL, "--preempt", "--dir", str(tmp_path)])
     assert code == 0, text
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     assert verdict["passed"] and verdict["turns_recomputed"] == 0 and verdict["turns_saved"] > 0

@@ -383,30 +383,32 @@ class SlowResume:
         await self.inner.resume(checkpoint_id, deadline_ts=deadline_ts)
 
 
-async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_running(
-    rig: Rig,
-) -> None:
-    """Cancelling a snapshot during its resume (as RolloutJob.run does at its end) resumes Gym."""
-    started = asyncio.Event()
+def snapshotter_over(rig: Rig, wrap: Callable[[LocalInstance], Any]) -> RolloutSnapshotter:
+    """A snapshotter of the rig's trainer state over its Gym instances, each client wrapped."""
     facade = GymEnvironmentCheckpoint(
         [
-            SlowResume(
-                LocalInstance(
-                    GymCheckpointAdapter(instance=instance, coordination=gym.coordinator)
-                ),
-                started,
+            wrap(
+                LocalInstance(GymCheckpointAdapter(instance=instance, coordination=gym.coordinator))
             )
             for instance, gym in zip(rig.instances, rig.gyms.values(), strict=True)
         ],
         rig.ledger,
     )
-    snapshotter = RolloutSnapshotter(
+    return RolloutSnapshotter(
         rig.snapshot_root,
         env_checkpoint=facade,
         barrier=rig.barrier,
         ledger=rig.ledger,
         data_plane=rig.plane,
     )
+
+
+async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_running(
+    rig: Rig,
+) -> None:
+    """Cancelling a snapshot during its resume (as RolloutJob.run does at its end) resumes Gym."""
+    started = asyncio.Event()
+    snapshotter = snapshotter_over(rig, lambda inner: SlowResume(inner, started))
     taking = asyncio.create_task(snapshotter.take())
     await started.wait()
     taking.cancel()
@@ -464,25 +466,7 @@ async def test_take_returns_a_published_snapshot_whose_resume_failed(rig: Rig) -
         async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
             raise GymCheckpointUnavailable("resume lost", operation="resume")
 
-    facade = GymEnvironmentCheckpoint(
-        [
-            NoResume(
-                LocalInstance(
-                    GymCheckpointAdapter(instance=instance, coordination=gym.coordinator)
-                ),
-                asyncio.Event(),
-            )
-            for instance, gym in zip(rig.instances, rig.gyms.values(), strict=True)
-        ],
-        rig.ledger,
-    )
-    snapshotter = RolloutSnapshotter(
-        rig.snapshot_root,
-        env_checkpoint=facade,
-        barrier=rig.barrier,
-        ledger=rig.ledger,
-        data_plane=rig.plane,
-    )
+    snapshotter = snapshotter_over(rig, lambda inner: NoResume(inner, asyncio.Event()))
     result = await snapshotter.take()
     assert "resume lost" in result.resume_error
     verify_snapshot(result.path)
