@@ -111,8 +111,18 @@ class Restorer:
         self.lock = lock
 
     async def restore(self, *, data_plane_path: str | os.PathLike[str]) -> RestoreReport:
-        log = structlog.get_logger("envckpt.restorer")
         lock = self.lock or RootLock.acquire(self.layout.root)
+        try:
+            report = await self._restore_newest(Path(data_plane_path))
+        except BaseException:
+            if self.lock is None:
+                lock.release()  # the hold this call took; the caller's stays
+            raise
+        report.lock = lock
+        return report
+
+    async def _restore_newest(self, data_plane_path: Path) -> RestoreReport:
+        log = structlog.get_logger("envckpt.restorer")
         debris = await asyncio.to_thread(self.layout.clean_debris)
         considered: list[Considered] = []
         for path in self.layout.published():
@@ -120,7 +130,7 @@ class Restorer:
                 candidate = await asyncio.to_thread(
                     check_candidate,
                     path,
-                    data_plane_path=Path(data_plane_path),
+                    data_plane_path=data_plane_path,
                     sidecar_readers=self.sidecar_readers,
                 )
             except CorruptCheckpoint as error:
@@ -133,7 +143,7 @@ class Restorer:
             crashpoint("restore.validated")
             considered.append(Considered(path.name, CHOSEN))
             report = await self._restore(candidate, considered)
-            report.debris_removed, report.lock = debris, lock
+            report.debris_removed = debris
             return report
         log.info(
             "no usable snapshot; starting fresh", removed_debris=debris, refused=len(considered)
@@ -145,7 +155,6 @@ class Restorer:
             data_plane=plane,
             considered=considered,
             debris_removed=debris,
-            lock=lock,
         )
 
     async def _restore(
