@@ -9,8 +9,9 @@ Rules (``SnapshotPolicy``):
 
 * **Adaptive interval.** The next timer snapshot comes ``every_seconds``
   after the last one ended, and never sooner than ``min_running_ratio``
-  times the last pause: the environment always runs at least (by default)
-  three times longer than it is paused, however slow the machine.
+  times the longest of the last three pauses: the environment runs at least
+  (by default) three times longer than it is paused, however slow the
+  machine, and one short pause does not let the next snapshot come early.
 * **No silent loss.** Every failure is already one ``snapshot_failed`` log
   event (the snapshotter's); the loop counts it in the job report and in
   ``on_progress("snapshot_failed")``, and retries after a backoff
@@ -24,6 +25,7 @@ Rules (``SnapshotPolicy``):
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,7 +58,7 @@ class SnapshotPolicy:
             raise ValueError("ratios and delays must not be negative")
 
     def next_delay(self, *, last_pause: float | None, consecutive_failures: int) -> float:
-        """Seconds to wait before the next timer snapshot."""
+        """Seconds to wait before the next timer snapshot (``last_pause``: the one to outrun)."""
         if consecutive_failures > 0:
             backoff = self.retry_initial_seconds * 2.0 ** (consecutive_failures - 1)
             return float(min(backoff, self.retry_max_seconds))
@@ -90,7 +92,7 @@ class SnapshotLoop:
         self.counts = counts or SnapshotCounts()
         self.on_progress = on_progress or (lambda event, fields: None)
         self._now = asyncio.Event()
-        self._last_pause: float | None = None
+        self._pauses: collections.deque[float] = collections.deque(maxlen=3)
 
     def request_now(self) -> None:
         """Take a snapshot as soon as the loop can (it wakes from its wait)."""
@@ -103,7 +105,9 @@ class SnapshotLoop:
         except Exception as error:
             self._failed(f"{type(error).__name__}: {error}", error)
             return None
-        self._last_pause = result.metrics.get("snapshot_paused_seconds")
+        paused = result.metrics.get("snapshot_paused_seconds")
+        if paused is not None:
+            self._pauses.append(paused)
         self.counts.published.append(result)
         self.on_progress("snapshot", {"result": result, "reason": reason})
         return result
@@ -116,7 +120,7 @@ class SnapshotLoop:
         timer = policy.every_seconds is not None
         while not stop.is_set():
             delay = policy.next_delay(
-                last_pause=self._last_pause,
+                last_pause=max(self._pauses, default=None),
                 consecutive_failures=self.snapshotter.consecutive_failures,
             )
             woken_by = await self._wait(stop, delay if timer else None)

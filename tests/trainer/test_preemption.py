@@ -88,7 +88,7 @@ async def test_a_final_snapshot_cut_short_publishes_nothing_and_the_job_still_en
     rig = Rig(tmp_path).fresh()
     try:
         first = await rig.snapshotter.take()
-        grace = 0.5 if cut_short_by == "deadline" else 30.0
+        grace = 1.5 if cut_short_by == "deadline" else 30.0
         signals = JobSignals(grace_seconds=grace)
         job = rig.job(rig.tasks(4), signals=signals)
         async with prepare_blocked(rig):

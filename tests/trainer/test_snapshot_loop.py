@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,6 @@ from envckpt.trainer.job_errors import SnapshotsFailing
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
 
 from helpers.snapshot_rig import Rig, assert_finished_correctly
-
-PAUSE_WARNING = "the environment spent longer paused than running since the last snapshot"
 
 
 @pytest.fixture
@@ -102,17 +101,21 @@ async def test_a_job_may_choose_to_run_unprotected_and_is_warned_at_every_failur
 ) -> None:
     """With keep_running_unprotected the job finishes; each failure is logged and warned about."""
     break_snapshots(rig)
-    tasks = rig.tasks(4, turns=6)
+    tasks = rig.tasks(4, turns=12)
     policy = SnapshotPolicy(
-        keep_running_unprotected=True, retry_initial_seconds=0.02, retry_max_seconds=0.05
+        max_consecutive_failures=1,
+        keep_running_unprotected=True,
+        retry_initial_seconds=0.01,
+        retry_max_seconds=0.01,
     )
     with capture_logs() as logs:
-        report = await rig.job(tasks, snapshot_policy=policy).run(snapshot_every=0.02)
+        report = await rig.job(tasks, snapshot_policy=policy).run(snapshot_every=0.01)
     assert report.finished == 4 and report.snapshots == []
     assert_finished_correctly(rig, tasks)
     failed = [e for e in logs if e["event"] == "snapshot_failed"]
     warned = [e for e in logs if "runs unprotected" in e["event"]]
-    assert len(failed) == len(report.snapshot_failures) == len(warned) > 3
+    # Past the limit of one, the job went on, and said so at every failure.
+    assert len(failed) == len(report.snapshot_failures) == len(warned) >= 2
     assert all(w["log_level"] == "warning" for w in warned)
 
 
@@ -149,11 +152,24 @@ async def test_a_request_wakes_the_loop_without_a_timer(rig: Rig) -> None:
     assert len(rig.snapshotter.history) == 1
 
 
-async def test_the_adaptive_interval_never_pauses_longer_than_it_runs(rig: Rig) -> None:
-    """Asked for snapshots far too often, the job still runs 3x longer than paused: no warning."""
+async def test_the_adaptive_interval_runs_three_times_longer_than_the_recent_pauses(
+    rig: Rig,
+) -> None:
+    """Asked for snapshots far too often, the job still runs 3x its longest recent pause."""
     tasks = rig.tasks(8, turns=30)
-    with capture_logs() as logs:
-        report = await rig.job(tasks, max_in_flight_per_instance=2).run(snapshot_every=0.001)
-    assert len(report.snapshots) >= 2
-    assert not [e for e in logs if e["event"] == PAUSE_WARNING]
+    ended: list[tuple[float, float]] = []  # (when the snapshot was reported, its pause)
+
+    def progress(event: str, fields: dict[str, Any]) -> None:
+        if event == "snapshot":
+            ended.append((time.time(), fields["result"].metrics["snapshot_paused_seconds"]))
+
+    job = rig.job(tasks, max_in_flight_per_instance=2, on_progress=progress)
+    await job.run(snapshot_every=0.05)
+    assert len(ended) >= 2
+    for index in range(1, len(ended)):
+        recent = [paused for _, paused in ended[max(0, index - 3) : index]]
+        wanted = max(0.05, 3.0 * max(recent))
+        end, paused = ended[index]
+        running = (end - paused) - ended[index - 1][0]
+        assert running >= 0.99 * wanted, (index, running, recent)
     assert_finished_correctly(rig, tasks)
