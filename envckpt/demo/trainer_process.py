@@ -78,7 +78,6 @@ async def run_job(
     events = EventLog(settings.directory / EVENTS_NAME, incarnation=incarnation)
     events.emit("started", pid=os.getpid(), ray=use_ray)
     signals = JobSignals(grace_seconds=settings.grace_seconds)
-    signals.install()
     rows = PendingStaging()
     app = FastAPI()
     app.include_router(rows_router(rows.stage, token=token))
@@ -97,6 +96,8 @@ async def run_job(
                     )
                 )
                 async with hosting as hosted:
+                    # After the hosts started: ray.init installs a SIGTERM handler of its own.
+                    signals.install()
                     try:
                         return await _train(settings, events, rows, hosted, signals, interruption)
                     except SnapshotRefusedByEnvironment as error:

@@ -83,7 +83,12 @@ class JobSignals:
         self._snapshot_listeners.append(listener)
 
     def install(self) -> None:
-        """Route the signals to ``preempt`` and ``snapshot_now`` in the running loop."""
+        """Route the signals to ``preempt`` and ``snapshot_now`` in the running loop.
+
+        Installing again replaces the handlers (say, after a library that
+        installed its own); the preemption state is kept.
+        """
+        self.uninstall()
         loop = asyncio.get_running_loop()
         for signum in self.preempt_signals:
             loop.add_signal_handler(signum, self.preempt)
