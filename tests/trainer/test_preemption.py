@@ -141,3 +141,24 @@ def test_a_grace_period_must_be_positive() -> None:
     """A zero grace period could never hold a final snapshot."""
     with pytest.raises(ValueError):
         JobSignals(grace_seconds=0.0)
+
+
+async def test_installing_again_takes_the_signals_back_from_a_foreign_handler() -> None:
+    """A library that set its own SIGTERM handler (ray.init does) is overridden by install()."""
+    signals = JobSignals(grace_seconds=5.0)
+    requests: list[str] = []
+    signals.on_snapshot_request(lambda: requests.append("now"))
+    original = signal.getsignal(signal.SIGUSR1)
+    signals.install()
+    signal.signal(signal.SIGUSR1, lambda signum, frame: requests.append("foreign"))
+    try:
+        signals.install()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        await wait_until(lambda: bool(requests))
+        os.kill(os.getpid(), signal.SIGTERM)
+        await wait_until(signals.preempted.is_set)
+    finally:
+        signals.uninstall()
+        signal.signal(signal.SIGUSR1, original)
+    assert requests == ["now"]
+    assert signals.deadline_ts is not None
