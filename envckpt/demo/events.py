@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from envckpt.machines.tables import LedgerStatus
 from envckpt.trainer.restorer import RestoreReport
 
 EVENTS_NAME = "events.jsonl"
@@ -67,7 +68,7 @@ class EventLog:
                 checkpoint_id=None if result is None else result.checkpoint_id,
                 aborted=fields.get("aborted", ""),
             )
-        elif event in ("sealed", "dispatched"):
+        elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED):
             self.emit(event, rollout_id=fields["rollout_id"], attempt=fields["attempt"])
 
     def restored(self, report: RestoreReport, *, finished_before: int) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from envckpt.crashpoints import RESTORE_POINTS
 from envckpt.fsutil import atomic_write_bytes
+from envckpt.machines.tables import LedgerStatus
 
 KILL = "kill"
 KILL_IN_RESTORE = "kill_in_restore"
@@ -121,7 +122,7 @@ class Interrupter:
             if self.snapshots == self.plan.after_snapshots:
                 left = max(1, self.total - self.finished)
                 self.countdown = self._rng.randint(1, max(1, left // 3))
-        elif event == "sealed":
+        elif event == LedgerStatus.SEALED:
             self.finished += 1
             if self.countdown is not None:
                 self.countdown -= 1

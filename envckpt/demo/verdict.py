@@ -35,6 +35,7 @@ from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.sim.gym import expected_transcript
 from envckpt.trainer.job_errors import JobExit
+from envckpt.trainer.restorer import REFUSED
 
 KILLED = -9  # the exit status of a process killed by SIGKILL
 EXPECTED_EXIT = {KILL: KILLED, KILL_IN_RESTORE: KILLED, PREEMPT: int(JobExit.PREEMPTED)}
@@ -84,33 +85,33 @@ def read_run(directory: Path) -> RunRecord:
         planned=load_plan(directory / PLAN_NAME),
     )
     for event in read_events(directory / EVENTS_NAME):
-        incarnation, kind = int(event.get("incarnation", 0)), event.get("event")
-        if kind == "exited":
+        incarnation = int(event.get("incarnation", 0))
+        if event["event"] == "exited":
             code = event.get("code")
             record.exits[incarnation] = None if code is None else int(code)
-        elif kind == "restored":
+        elif event["event"] == "restored":
             record.restores.append(
                 RestoreRecord(
                     incarnation,
                     event.get("snapshot"),
                     frozenset((str(r), int(a)) for r, a in event.get("continued", [])),
                     int(event.get("abandoned", 0)),
-                    sum(1 for c in event.get("considered", []) if c[1] == "refused"),
+                    sum(1 for c in event.get("considered", []) if c[1] == REFUSED),
                 )
             )
-        elif kind == "snapshot":
+        elif event["event"] == "snapshot":
             record.snapshots_published += 1
-        elif kind == "snapshot_failed":
+        elif event["event"] == "snapshot_failed":
             record.snapshots_failed += 1
-        elif kind == "interrupting":
+        elif event["event"] == "interrupting":
             record.strikes.append(
                 Strike(incarnation, str(event.get("kind")), int(event.get("snapshots", 0)))
             )
-        elif kind == "final_snapshot":
+        elif event["event"] == "final_snapshot":
             record.final_snapshots[incarnation] = event.get("checkpoint_id")
             if event.get("checkpoint_id"):
                 record.snapshots_published += 1
-        elif kind == "done":
+        elif event["event"] == "done":
             record.done = True
     return record
 

@@ -35,6 +35,7 @@ from envckpt.facade.manifest import GymSnapshotManifest, read_manifest
 from envckpt.trainer.dataplane import StagedDataPlane
 from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
 from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.ledger_entry import restore_mismatches
 from envckpt.trainer.snapshot_manifest import SnapshotManifest, verify_snapshot
 
 
@@ -79,7 +80,8 @@ def check_candidate(
     gym_manifest = None
     if GYM_MANIFEST in manifest.files:
         gym_manifest = read_manifest(path)
-        problems = ledger.restore_problems(gym_manifest.continued_attempts())
+        entries = {entry.rollout_id: entry for entry in ledger.entries()}
+        problems = restore_mismatches(entries, gym_manifest.continued_attempts())
         if problems:
             raise CorruptCheckpoint(
                 f"the Gym manifest continues rollouts the ledger cannot: {list(problems[:5])}",

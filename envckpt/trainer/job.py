@@ -251,7 +251,9 @@ class RolloutJob:
                 entry = self.ledger.entry(rollout_id)
                 if entry.status is LedgerStatus.RESERVED:
                     entry = self.ledger.dispatch(cut, rollout_id)
-            self.on_progress("dispatched", {"rollout_id": rollout_id, "attempt": entry.attempt})
+            self.on_progress(
+                LedgerStatus.DISPATCHED, {"rollout_id": rollout_id, "attempt": entry.attempt}
+            )
             try:
                 result = await self.backend.run(entry.instance_id, entry.episode, task.task)
             except ParticipantError as error:
@@ -278,7 +280,7 @@ class RolloutJob:
             self.results.record(cut, rollout_id, result)
             self.ledger.seal(cut, rollout_id)
         self.report.finished += 1
-        self.on_progress("sealed", {"rollout_id": rollout_id, "attempt": attempt})
+        self.on_progress(LedgerStatus.SEALED, {"rollout_id": rollout_id, "attempt": attempt})
 
 
 async def _cancel_all(tasks: Sequence[asyncio.Task[None]]) -> None:

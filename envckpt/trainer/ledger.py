@@ -74,10 +74,9 @@ from envckpt.trainer.ledger_entry import (
     RestartPlan,
     RestoreMismatch,
     StagingRowSource,
-    as_list,
     dropped_to_json,
-    parse_dropped,
-    restore_problems,
+    parse_dropped_attempt,
+    restore_mismatches,
 )
 
 KIND = "envckpt.ledger"
@@ -283,12 +282,6 @@ class RecoveryLedger:
             entry = self._entries.pop(rollout_id)
             self._unindex(entry)
 
-    def restore_problems(
-        self, continued_attempts: Iterable[tuple[str, str, int]]
-    ) -> tuple[str, ...]:
-        """Why ``prepare_for_restart`` would refuse these triples (empty: it would not)."""
-        return restore_problems(self._entries, continued_attempts)
-
     def prepare_for_restart(
         self, cut: MutationCut, restored: RestoredEnvironmentRollouts
     ) -> RestartPlan:
@@ -301,13 +294,13 @@ class RecoveryLedger:
         before anything changes.
         """
         cut.require_live()
-        problems = self.restore_problems(restored.continued_attempts)
+        problems = restore_mismatches(self._entries, restored.continued_attempts)
+        seen = {rollout_id for _, rollout_id, _ in restored.continued_attempts}
         if problems:
             raise RestoreMismatch(
-                f"restored rollouts do not match the ledger: {list(problems[:10])}",
-                mismatches=problems,
+                f"restored rollouts do not match the ledger: {problems[:10]}",
+                mismatches=tuple(problems),
             )
-        seen = {rollout_id for _, rollout_id, _ in restored.continued_attempts}
         continued: list[LedgerEntry] = []
         abandoned: list[LedgerEntry] = []
         for rollout_id, entry in list(self._entries.items()):
@@ -358,12 +351,14 @@ class RecoveryLedger:
         )
         ledger = cls(data_plane=data_plane)
         try:
-            for raw in as_list(body["entries"], "entries"):
+            for raw in _as_list(body["entries"], "entries"):
                 entry = LedgerEntry.from_json(raw)
                 if entry.rollout_id in ledger._entries:
                     raise ValueError(f"rollout {entry.rollout_id!r} appears twice")
                 ledger._put(entry)
-            ledger._dropped = parse_dropped(as_list(body["dropped"], "dropped"))
+            for raw in _as_list(body["dropped"], "dropped"):
+                instance, episode = parse_dropped_attempt(raw)
+                ledger._dropped.setdefault(instance, set()).add(episode)
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"invalid ledger content: {exc}", path=path) from exc
         return ledger
@@ -444,3 +439,9 @@ class RecoveryLedger:
             owned.discard(entry.rollout_id)
             if not owned:
                 del self._by_instance[entry.instance_id]
+
+
+def _as_list(value: object, name: str) -> list[object]:
+    if not isinstance(value, list):
+        raise ValueError(f"{name} must be a list")
+    return value

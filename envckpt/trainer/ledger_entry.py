@@ -145,17 +145,27 @@ class RestartPlan:
     clear_staging_keys: frozenset[str]
 
 
-def restore_problems(
-    entries: Mapping[str, LedgerEntry], continued_attempts: Iterable[tuple[str, str, int]]
-) -> tuple[str, ...]:
-    """Why the restored ``(instance_id, rollout_id, attempt)`` triples do not fit ``entries``.
+def parse_dropped_attempt(raw: object) -> tuple[str, EnvironmentEpisode]:
+    """One saved ``{instance_id, rollout_id, attempt}``; ValueError if malformed."""
+    if not isinstance(raw, dict) or set(raw) != {"instance_id", "rollout_id", "attempt"}:
+        raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
+    instance = raw["instance_id"]
+    if not isinstance(instance, str) or not instance:
+        raise ValueError("dropped instance_id must be a non-empty string")
+    return instance, EnvironmentEpisode(raw["rollout_id"], raw["attempt"])
 
-    Each must name the rollout's current attempt, on that instance, held by
-    it (dispatched, or restored and not yet re-sent), at most once.
+
+def restore_mismatches(
+    entries: Mapping[str, LedgerEntry], continued: Iterable[tuple[str, str, int]]
+) -> list[str]:
+    """Why restored ``(instance_id, rollout_id, attempt)`` triples do not fit the ledger.
+
+    Each must name its rollout's current attempt, once, on the instance the
+    ledger places it on, held by that instance.
     """
     problems: list[str] = []
     seen: set[str] = set()
-    for instance_id, rollout_id, attempt in sorted(continued_attempts):
+    for instance_id, rollout_id, attempt in sorted(continued):
         entry = entries.get(rollout_id)
         if rollout_id in seen:
             problems.append(f"{rollout_id}: restored more than once")
@@ -172,33 +182,13 @@ def restore_problems(
         elif not entry.on_instance:
             problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
         seen.add(rollout_id)
-    return tuple(problems)
-
-
-def parse_dropped(raw: list[object]) -> dict[str, set[EnvironmentEpisode]]:
-    """The saved ``dropped`` list as instance -> attempts to retire; ValueError if malformed."""
-    dropped: dict[str, set[EnvironmentEpisode]] = {}
-    for item in raw:
-        if not isinstance(item, dict) or set(item) != {"instance_id", "rollout_id", "attempt"}:
-            raise ValueError("dropped attempt must be {instance_id, rollout_id, attempt}")
-        instance = item["instance_id"]
-        if not isinstance(instance, str) or not instance:
-            raise ValueError("dropped instance_id must be a non-empty string")
-        episode = EnvironmentEpisode(item["rollout_id"], item["attempt"])
-        dropped.setdefault(instance, set()).add(episode)
-    return dropped
+    return problems
 
 
 def dropped_to_json(dropped: Mapping[str, Iterable[EnvironmentEpisode]]) -> list[dict[str, Any]]:
-    """Attempts to retire, per instance, as ``parse_dropped`` reads them back (sorted)."""
+    """Attempts to retire, per instance, as ``parse_dropped_attempt`` reads each back (sorted)."""
     return [
         {"instance_id": instance, "rollout_id": episode.rollout_id, "attempt": episode.attempt}
         for instance in sorted(dropped)
         for episode in sorted(dropped[instance])
     ]
-
-
-def as_list(value: object, name: str) -> list[object]:
-    if not isinstance(value, list):
-        raise ValueError(f"{name} must be a list")
-    return value
