@@ -10,6 +10,7 @@ anything is read from it.
     data = encode(kind="envckpt.ledger", schema_version=1, body={"entries": [...]})
     body = decode(data, kind="envckpt.ledger", schema_version=1,
                   fields={"entries"}, path=str(path))
+    body = read(path, kind="envckpt.ledger", schema_version=1, fields={"entries"})
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from envckpt.errors import CorruptCheckpoint
@@ -81,3 +83,24 @@ def decode(
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def read(
+    path: Path,
+    *,
+    kind: str,
+    schema_version: int,
+    fields: Iterable[str],
+    what: str = "file",
+    error: type[CorruptCheckpoint] = CorruptCheckpoint,
+) -> dict[str, Any]:
+    """Read ``path`` and ``decode`` it; a missing or unreadable file is ``error`` too."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise error(f"{what} is missing", path=str(path)) from None
+    except OSError as exc:
+        raise error(f"{what} is unreadable: {exc}", path=str(path)) from exc
+    return decode(
+        data, kind=kind, schema_version=schema_version, fields=fields, path=str(path), error=error
+    )

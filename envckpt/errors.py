@@ -18,6 +18,10 @@
 
 Every class survives ``pickle`` with all its fields, because Ray turns an
 unpicklable exception into an untyped ``UnserializableException``.
+
+The trainer's own errors (a refused start, snapshots that keep failing, a
+failed restore) and the exit codes they map to are in
+``envckpt.trainer.job_errors``.
 """
 
 from __future__ import annotations

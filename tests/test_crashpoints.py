@@ -14,7 +14,7 @@ import pytest
 
 import envckpt
 from envckpt import crashpoints
-from envckpt.crashpoints import POINTS, crashpoint, install, kill_at
+from envckpt.crashpoints import POINTS, SimulatedCrash, crashpoint, install, kill_at, raise_at
 
 
 @pytest.fixture(autouse=True)
@@ -42,10 +42,22 @@ def test_an_installed_handler_sees_every_point_until_removed() -> None:
     assert seen == ["snapshot.before_prepare", "restore.after"]
 
 
-def test_kill_at_refuses_an_unknown_point() -> None:
+@pytest.mark.parametrize("make", [kill_at, raise_at])
+def test_kill_at_refuses_an_unknown_point(make: object) -> None:
     """A typo in a point name is refused up front, listing the known points."""
     with pytest.raises(ValueError, match=r"snapshot\.under_cut"):
-        kill_at("snapshot.undercut")
+        make("snapshot.undercut")  # type: ignore[operator]
+
+
+def test_raise_at_strikes_only_the_nth_time_at_its_point() -> None:
+    """Other points and earlier passes go by; the nth pass raises SimulatedCrash, once."""
+    install(raise_at("restore.validated", nth=2))
+    crashpoint("snapshot.under_cut")
+    crashpoint("restore.validated")
+    with pytest.raises(SimulatedCrash) as caught:
+        crashpoint("restore.validated")
+    assert caught.value.point == "restore.validated"
+    crashpoint("restore.validated")
 
 
 def test_every_crashpoint_called_in_the_library_is_a_known_point() -> None:
@@ -57,7 +69,9 @@ def test_every_crashpoint_called_in_the_library_is_a_known_point() -> None:
         for name in re.findall(r'crashpoint\("([^"]+)"\)', path.read_text())
     }
     assert called == set(POINTS)
-    assert crashpoints.SNAPSHOT_POINTS + crashpoints.RESTORE_POINTS == POINTS
+    assert crashpoints.SNAPSHOT_POINTS + crashpoints.RESTORE_POINTS + crashpoints.PRUNE_POINTS == (
+        POINTS
+    )
 
 
 def test_kill_at_kills_the_whole_process_group_at_the_nth_reach(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
-"""``envckpt demo``: a training run that crashes, restores and finishes.
+"""``envckpt demo``: a training run that is interrupted, restores and finishes.
 
-    envckpt demo [--instances N] [--rollouts M] [--seed S] [--dir PATH] [--in-process]
+    envckpt demo [--instances N] [--rollouts M] [--seed S] [--kills K] [--preempt]
+                 [--dir PATH [--force]] [--in-process | --ray]
 
-Prints a table per phase and a verdict computed from what happened, and
-exits non-zero when the verdict fails.
+Prints a table of runs and restores, the work saved, and a verdict computed
+from what happened; writes ``verdict.json`` into its directory and exits
+non-zero when the verdict fails.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import structlog
 
+from envckpt.demo.plan import plan_interruptions
 from envckpt.demo.scenario import DemoSettings
 
 
@@ -24,34 +27,88 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envckpt demo", description=__doc__.splitlines()[0])
     parser.add_argument("--instances", type=int, default=4, help="Gym instances (default 4)")
     parser.add_argument("--rollouts", type=int, default=40, help="multi-turn rollouts (default 40)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of tasks and crash point")
+    parser.add_argument("--seed", type=int, default=0, help="seed of tasks and interruptions")
+    parser.add_argument(
+        "--kills",
+        type=int,
+        default=None,
+        help="interruptions (default 2: one mid-run, one inside the restore after it; "
+        "1 with --preempt)",
+    )
+    parser.add_argument(
+        "--preempt",
+        action="store_true",
+        help="interrupt with SIGTERM (a final snapshot, then exit) instead of SIGKILL",
+    )
     parser.add_argument(
         "--dir",
         type=Path,
         default=None,
-        help="where checkpoints go (default: a temporary directory)",
+        help="where the run's files go (default: a temporary directory); must be empty",
     )
+    parser.add_argument("--force", action="store_true", help="clear a non-empty --dir first")
     parser.add_argument(
-        "--snapshot-every", type=float, default=0.4, help="seconds between snapshots"
+        "--snapshot-every",
+        type=float,
+        default=0.5,
+        help="seconds between snapshots, at least (never under 3x the last pause)",
     )
     parser.add_argument(
         "--in-process",
         action="store_true",
-        help="run everything in this process; the crash drops it in memory",
+        help="run everything in this process; a kill drops it from memory",
     )
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument("--verbose", action="store_true", help="print every structured log event")
     return parser
 
 
+def prepare_directory(directory: Path, *, force: bool) -> str | None:
+    """Make ``directory`` an empty directory; the reason it cannot be, or None.
+
+    A reused directory would mix two runs' events and results. ``force``
+    clears it, but never a directory that holds the current one or the home.
+    """
+    directory = directory.expanduser()
+    if directory.exists() and not directory.is_dir():
+        return f"{directory} exists and is not a directory"
+    if directory.is_dir() and any(directory.iterdir()):
+        if not force:
+            return f"{directory} is not empty; pick an empty one, or pass --force to clear it"
+        resolved = directory.resolve()
+        protected = {Path("/"), Path.home().resolve(), *Path.cwd().resolve().parents}
+        if resolved in protected or resolved == Path.cwd().resolve():
+            return f"refusing to clear {resolved}: it holds the current directory or your home"
+        for child in directory.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return f"cannot create {directory}: {error.strerror or error}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.in_process and args.ray:
+        parser.error("--in-process and --ray exclude each other")
+    kills = args.kills if args.kills is not None else (1 if args.preempt else 2)
+    if kills < 1:
+        parser.error("--kills must be at least 1: the demo shows a restore")
     if not args.verbose:
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(40),  # errors only
         )
     temporary = args.dir is None
     directory = Path(tempfile.mkdtemp(prefix="envckpt-demo-")) if temporary else args.dir
+    problem = None if temporary else prepare_directory(directory, force=args.force)
+    if problem is not None:
+        print(f"envckpt demo: {problem}", file=sys.stderr)
+        return 2
     settings = DemoSettings(
         instances=args.instances,
         rollouts=args.rollouts,
@@ -59,15 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         directory=directory,
         snapshot_every=args.snapshot_every,
     )
+    plan = plan_interruptions(seed=args.seed, kills=kills, preempt=args.preempt)
     try:
         if args.in_process:
             from envckpt.demo.inprocess import run_demo
 
-            verdict, text = asyncio.run(run_demo(settings))
+            verdict, text = asyncio.run(run_demo(settings, plan))
         else:
             from envckpt.demo.processes import run_processes
 
-            verdict, text = run_processes(settings, ray=args.ray)
+            verdict, text = run_processes(settings, plan, ray=args.ray)
     finally:
         if temporary:
             shutil.rmtree(directory, ignore_errors=True)
@@ -75,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(verdict.render())
     if not temporary:
-        print(f"checkpoints and results are in {directory}")
+        print(f"checkpoints, results and verdict.json are in {directory}")
     return 0 if verdict.passed else 1
 
 

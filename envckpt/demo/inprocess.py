@@ -1,11 +1,14 @@
 """The in-process demo: N simulated Gym instances and a trainer in one process.
 
-One "incarnation" is everything a real job would run in its processes: the
-Gym deployments, the facade, the ledger, the SQLite data plane, the
-snapshotter and the rollout loop. The crash throws an incarnation away in the
-middle of its work (tasks cancelled wherever they are, a snapshot included);
-only files survive. The next incarnation is built from scratch and restores
-from the newest usable snapshot, then runs to completion.
+One run ("incarnation") is everything a real job would run in its processes:
+the Gym deployments, the facade, the ledger, the SQLite data plane, the
+snapshotter and the rollout loop. The planned interruptions (``plan``) are
+the same as the process demo's, struck by the same events: a kill throws the
+run away in the middle of its work (tasks cancelled wherever they are, a
+snapshot included); a kill in a restore raises ``SimulatedCrash`` at the
+chosen crash point; a preemption calls the job's ``JobSignals.preempt``.
+Only files survive; the next run is built from scratch and restores. Events,
+results and the verdict are written exactly as the process demo writes them.
 """
 
 from __future__ import annotations
@@ -14,21 +17,35 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from envckpt import crashpoints
 from envckpt.clock import SystemClock
-from envckpt.demo.report import ProgressBar, Verdict, summarize_pauses, table
-from envckpt.demo.scenario import DemoSettings, crash_fraction, judge, make_tasks
+from envckpt.crashpoints import SimulatedCrash
+from envckpt.demo.events import EVENTS_NAME, EventLog, record_exit
+from envckpt.demo.plan import (
+    KILL_IN_RESTORE,
+    PLAN_NAME,
+    PREEMPT,
+    Interrupter,
+    Interruption,
+    save_plan,
+)
+from envckpt.demo.processes import RESTARTED_AFTER
+from envckpt.demo.report import ProgressBar, Verdict
+from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, make_tasks, save_settings
+from envckpt.demo.summary import render_summary
+from envckpt.demo.verdict import KILLED, judge_directory
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
+from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.sim.gym import GymConfig, SimulatedGym
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.job import RolloutJob, RolloutTask
-from envckpt.trainer.restorer import RestoreReport
-from envckpt.trainer.startup import PendingStaging, start_trainer
+from envckpt.trainer.job_errors import JobExit
+from envckpt.trainer.preemption import JobSignals
+from envckpt.trainer.snapshot_loop import SnapshotPolicy
+from envckpt.trainer.startup import PendingStaging, StartedTrainer, start_trainer
 
 
 class SimulatedBackend:
@@ -41,24 +58,12 @@ class SimulatedBackend:
         return await self.gyms[instance_id].run(episode, task)
 
 
-@dataclass
-class PhaseStats:
-    name: str
-    finished: int = 0
-    snapshots: int = 0
-    snapshot_failures: int = 0
-    pauses: list[float] = field(default_factory=list)
-    restarted_attempts: int = 0
-
-
 class Incarnation:
     """Everything one run of the job holds in memory."""
 
-    def __init__(self, settings: DemoSettings, tasks: list[RolloutTask], number: int) -> None:
+    def __init__(self, settings: DemoSettings, number: int) -> None:
         self.settings = settings
-        self.tasks = tasks
         self.number = number
-        root = settings.directory
         self.clock = SystemClock()
         self.recorder = PendingStaging()
         self.gyms: dict[str, SimulatedGym] = {}
@@ -68,7 +73,7 @@ class Incarnation:
                     seed=settings.gym_seed(),
                     judge=True,
                     tool_latency=settings.tool_latency,
-                    audit_path=str(root / "audit.jsonl"),
+                    audit_path=str(settings.directory / "audit.jsonl"),
                 ),
                 clock=self.clock,
             )
@@ -82,141 +87,126 @@ class Incarnation:
             clock=self.clock,
             timeouts=CheckpointTimeouts(prepare_seconds=5.0, commit_seconds=30.0),
         )
-        self.barrier = DataPlaneBarrier(clock=self.clock)
-        self.snapshot_root = root / "snapshots"
-        self.report: RestoreReport | None = None
-        self.job: RolloutJob | None = None
+        self.events = EventLog(settings.directory / EVENTS_NAME, incarnation=number)
+        self.signals = JobSignals(grace_seconds=settings.grace_seconds, clock=self.clock)
+        self.crashed = asyncio.Event()
 
-    async def restore(self) -> RestoreReport:
-        started = await start_trainer(
-            self.tasks,
+    async def start(self) -> StartedTrainer:
+        settings = self.settings
+        return await start_trainer(
+            make_tasks(settings),
             facade=self.facade,
             backend=SimulatedBackend(self.gyms),
-            barrier=self.barrier,
-            root=self.snapshot_root,
-            data_plane_path=self.settings.directory / "live.sqlite",
+            barrier=DataPlaneBarrier(clock=self.clock),
+            root=settings.directory,
+            data_plane_path=settings.directory / "live.sqlite",
             staging=self.recorder,
-            keep_latest_k=self.settings.keep_latest_k,
-            max_in_flight_per_instance=self.settings.in_flight_per_instance,
+            keep_latest_k=settings.keep_latest_k,
+            max_in_flight_per_instance=settings.in_flight_per_instance,
             clock=self.clock,
+            snapshot_policy=SnapshotPolicy(
+                every_seconds=settings.snapshot_every,
+                min_running_ratio=settings.min_running_ratio,
+            ),
+            signals=self.signals,
+            on_final_snapshot=self.stop_gyms,
         )
-        self.report = started.report
-        self.job = started.job
-        return started.report
 
-    async def crash(self) -> None:
-        """Lose every process: running rollouts die, only files survive."""
+    async def stop_gyms(self, result: object = None) -> None:
+        """Stop every running rollout, as if the processes died (a preempted node)."""
+        del result
         for gym in self.gyms.values():
             await gym.shutdown()
-        if self.report is not None:
-            self.report.data_plane.close()
+
+    def strike(self, info: Mapping[str, Any]) -> None:
+        self.events.emit("interrupting", **info)
+        if info["kind"] == PREEMPT:
+            self.signals.preempt()
+        else:
+            self.crashed.set()
 
 
-async def _run_until(job_task: asyncio.Task[Any], job: RolloutJob, stop_after: int) -> bool:
-    """Wait until ``stop_after`` rollouts finished or the job ended; True if it ended."""
-    while not job_task.done():
-        if job.report.finished >= stop_after:
-            return False
-        await asyncio.sleep(0.01)
-    return True
+async def run_incarnation(
+    settings: DemoSettings, number: int, interruption: Interruption | None
+) -> int:
+    """One run of the job; its exit code as a process would report it (-9: killed)."""
+    run = Incarnation(settings, number)
+    run.events.emit("started", in_process=True)
+    if interruption is not None and interruption.kind == KILL_IN_RESTORE:
+        point = interruption.restore_point
+
+        def in_restore(name: str) -> None:
+            if name == point:
+                run.events.emit("interrupting", kind=KILL_IN_RESTORE, point=point, snapshots=0)
+                raise SimulatedCrash(name)
+
+        crashpoints.install(in_restore)
+    try:
+        started = await run.start()
+    except SimulatedCrash:
+        await run.stop_gyms()
+        run.events.close()
+        return KILLED
+    finally:
+        crashpoints.install(None)
+    try:
+        return await _drive(run, started, interruption)
+    finally:
+        started.close()
+        run.events.close()
 
 
-async def run_demo(settings: DemoSettings) -> tuple[Verdict, str]:
-    tasks = make_tasks(settings)
-    settings.directory.mkdir(parents=True, exist_ok=True)
-    out: list[str] = []
-    phases: list[PhaseStats] = []
+async def _drive(
+    run: Incarnation, started: StartedTrainer, interruption: Interruption | None
+) -> int:
+    settings, job, results = run.settings, started.job, started.results
+    run.events.restored(started.report, finished_before=len(results))
+    bar = ProgressBar(f"run {run.number}", settings.rollouts)
+    before = len(results)
+    interrupter = (
+        Interrupter(interruption, total=settings.rollouts, finished=before, strike=run.strike)
+        if interruption is not None and interruption.kind != KILL_IN_RESTORE
+        else None
+    )
 
-    # Phase 1: run until the crash.
-    first = Incarnation(settings, tasks, 1)
-    await first.restore()
-    assert first.job is not None
-    stop_after = max(1, int(crash_fraction(settings) * len(tasks)))
-    bar = ProgressBar("run 1", len(tasks))
-    first_job = first.job
-    first_job.on_progress = lambda event, fields: bar.update(first_job.report.finished, event)
-    job_task = asyncio.create_task(first.job.run(snapshot_every=settings.snapshot_every))
-    ended = await _run_until(job_task, first.job, stop_after)
-    job_task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await job_task
-    await first.crash()
+    def progress(event: str, fields: Mapping[str, Any]) -> None:
+        run.events.progress(event, fields)
+        if interrupter is not None:
+            interrupter.progress(event, fields)
+        bar.update(before + job.report.finished, event)
+
+    job.on_progress = progress
+    running = asyncio.create_task(job.run())
+    crash = asyncio.create_task(run.crashed.wait())
+    await asyncio.wait({running, crash}, return_when=asyncio.FIRST_COMPLETED)
+    crash.cancel()
     bar.close()
-    phases.append(_phase("run 1 (until crash)", first.job))
-    out.append(
-        f"crash after {first.job.report.finished} of {len(tasks)} rollouts finished"
-        + (" (the job ended first)" if ended else "")
+    if run.crashed.is_set():
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await running
+        await run.stop_gyms()
+        return KILLED
+    report = running.result()
+    if report.preempted:
+        return int(report.exit_code)
+    final = dict(results.items())
+    atomic_write_bytes(
+        settings.directory / "results.json", json.dumps(final, sort_keys=True).encode()
     )
-
-    # Phase 2: fresh processes restore and run to completion.
-    second = Incarnation(settings, tasks, 2)
-    report = await second.restore()
-    assert second.job is not None and report is not None
-    plan = report.plan
-    continued = 0 if plan is None else len(plan.continued)
-    abandoned = 0 if plan is None else len(plan.abandoned)
-    out.append(
-        table(
-            "restore",
-            ("snapshot", "continued from a saved turn", "restart from task", "refused snapshots"),
-            [
-                (
-                    report.path.name if report.path else "(none: fresh start)",
-                    continued,
-                    abandoned,
-                    len(report.refused),
-                )
-            ],
-        )
-    )
-    bar = ProgressBar("run 2", len(tasks))
-    finished_before = len(second.job.results)
-    second_job = second.job
-    second_job.on_progress = lambda event, fields: bar.update(
-        finished_before + second_job.report.finished, event
-    )
-    await second.job.run(snapshot_every=settings.snapshot_every)
-    bar.close()
-    phases.append(_phase("run 2 (after restore)", second.job))
-    await second.crash()
-
-    out.insert(
-        0,
-        table(
-            "phases",
-            ("phase", "rollouts finished", "snapshots", "failed snapshots", "re-minted", "pauses"),
-            [
-                (
-                    p.name,
-                    p.finished,
-                    p.snapshots,
-                    p.snapshot_failures,
-                    p.restarted_attempts,
-                    summarize_pauses(p.pauses),
-                )
-                for p in phases
-            ],
-        ),
-    )
-    results = {rid: result for rid, result in second.job.results.items()}
-    audit = _read_audit(settings.directory / "audit.jsonl")
-    verdict = judge(settings, tasks, results, continued=continued, restarted=abandoned, audit=audit)
-    (settings.directory / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True))
-    return verdict, "\n\n".join(out)
+    run.events.emit("done", finished=len(final))
+    return int(JobExit.FINISHED)
 
 
-def _phase(name: str, job: RolloutJob) -> PhaseStats:
-    return PhaseStats(
-        name=name,
-        finished=job.report.finished,
-        snapshots=len(job.report.snapshots),
-        snapshot_failures=len(job.report.snapshot_failures),
-        pauses=[s.metrics.get("snapshot_paused_seconds", 0.0) for s in job.report.snapshots],
-        restarted_attempts=job.report.restarted_attempts,
-    )
-
-
-def _read_audit(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+async def run_demo(settings: DemoSettings, plan: list[Interruption]) -> tuple[Verdict, str]:
+    """Run the job in this process until it finishes; judge it like the process demo."""
+    save_settings(settings, settings.directory / SETTINGS_NAME)
+    save_plan(plan, settings.directory / PLAN_NAME)
+    for number in range(1, len(plan) + 3):
+        interruption = plan[number - 1] if number <= len(plan) else None
+        code = await run_incarnation(settings, number, interruption)
+        record_exit(settings.directory, number, code)
+        if code not in RESTARTED_AFTER:
+            break
+    record, verdict = judge_directory(settings)
+    return verdict, render_summary(settings, record, verdict)

@@ -66,23 +66,71 @@ class ProgressBar:
             self.stream.flush()
 
 
+# The numbers verdict.json carries, in this order.
+NUMBERS = (
+    "continued_from_saved_turn",
+    "restarted_from_task",
+    "kills",
+    "restores",
+    "snapshots_published",
+    "snapshots_failed",
+    "turns_saved",
+    "turns_recomputed",
+)
+
+
 @dataclass
 class Verdict:
     """Checks computed from what happened; passed only if every one holds."""
 
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    numbers: dict[str, int] = field(default_factory=dict)
 
     def check(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks.append((name, bool(ok), detail))
+
+    def number(self, name: str, value: int) -> None:
+        if name not in NUMBERS:
+            raise ValueError(f"unknown verdict number {name!r}")
+        self.numbers[name] = int(value)
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(ok for _, ok, _ in self.checks)
 
+    def failed(self) -> list[str]:
+        return [name for name, ok, _ in self.checks if not ok]
+
     def render(self) -> str:
         rows = [("PASS" if ok else "FAIL", name, detail) for name, ok, detail in self.checks]
         text = table("verdict", ("", "check", "detail"), rows)
         return f"{text}\nVERDICT: {'PASS' if self.passed else 'FAIL'}"
+
+    def to_json(self) -> dict[str, object]:
+        """``verdict.json``: passed, the numbers, and one entry per check with its detail."""
+        document: dict[str, object] = {"passed": self.passed}
+        document.update({name: self.numbers.get(name, 0) for name in NUMBERS})
+        document["checks"] = [
+            {"check": name, "passed": ok, "detail": detail} for name, ok, detail in self.checks
+        ]
+        return document
+
+
+def pause_warnings(snapshots: Sequence[tuple[float, float, str]]) -> int:
+    """Snapshots that paused longer than the environment ran since the one before.
+
+    ``snapshots``: (end time, paused seconds, reason) of one run, in order;
+    only timer snapshots are judged, as the snapshotter's warning does.
+    """
+    warnings = 0
+    previous_end: float | None = None
+    for end, paused, reason in snapshots:
+        if previous_end is not None and reason == "timer":
+            running = (end - paused) - previous_end
+            if paused > running:
+                warnings += 1
+        previous_end = end
+    return warnings
 
 
 def summarize_pauses(pauses: Sequence[float]) -> str:

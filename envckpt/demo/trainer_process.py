@@ -1,27 +1,37 @@
 """The demo's training job as a process: trainer plus its Gym servers as children.
 
-    python -m envckpt.demo.trainer_process --config job.json --incarnation N [--crash-at P[:K]]
+    python -m envckpt.demo.trainer_process --config job.json --incarnation N
+        [--interrupt JSON] [--crash-at POINT[:K]] [--ray]
 
-It starts its token-row endpoint, launches one ``envckpt.sim.server`` process
-per Gym instance in its own process group, restores the newest usable
-snapshot (or starts fresh), and runs every rollout to completion with
-snapshots on a timer. ``--crash-at`` SIGKILLs the whole group (trainer and Gym
-servers, like a node failure) the K-th time the named crash point is reached.
-On success it writes ``results.json`` and exits 0.
+It serves its token-row endpoint, launches one ``envckpt.sim.server`` child
+per Gym instance, claims the snapshot root, restores the newest usable
+snapshot (or starts fresh) and runs every rollout to completion, with
+snapshots on an adaptive timer. SIGTERM preempts it (a final snapshot, its
+Gym servers stopped while paused, exit 75); SIGUSR1 takes a snapshot now.
+When Gym refuses a snapshot's content, it restarts its Gym servers and
+restores again (the refused snapshot was moved aside). On success it writes
+``results.json``.
+
+``--interrupt`` is the demo's plan for this run (``plan.Interruption``): a
+SIGKILL of the whole process group at a seeded moment after a snapshot, one
+at a crash point inside the restore, or a SIGTERM to itself. ``--crash-at``
+SIGKILLs the group the K-th time a crash point is reached (end-to-end tests).
+
+Exit codes (``JobExit``): 0 finished; 3 the snapshot root cannot be used or
+another trainer holds it; 4 snapshots kept failing; 5 the environment
+restore failed; 75 preempted with its final snapshot published; 76 preempted
+without it. Each non-zero one prints one clear message on stderr, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,262 +39,184 @@ import structlog
 from fastapi import FastAPI
 
 from envckpt import crashpoints
-from envckpt.demo.events import EventLog
-from envckpt.demo.scenario import DemoSettings, make_tasks
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.demo.events import EVENTS_NAME, EventLog
+from envckpt.demo.gym_hosting import Hosted, http_instances, ray_instances
+from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
+from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
-from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.fsutil import atomic_write_bytes
-from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.http.serve import serve
-from envckpt.machines.tables import LedgerStatus
 from envckpt.sim.data_routes import rows_router
-from envckpt.sim.http_gym import HttpGym
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.job import RolloutBackend
-from envckpt.trainer.startup import PendingStaging, start_trainer
+from envckpt.trainer.job_errors import (
+    JobExit,
+    RestoreFailed,
+    SnapshotRefusedByEnvironment,
+    SnapshotsFailing,
+    StartRefused,
+    exit_code_for,
+)
+from envckpt.trainer.preemption import JobSignals
+from envckpt.trainer.snapshot_loop import SnapshotPolicy
+from envckpt.trainer.startup import PendingStaging, claim_root, start_trainer
 
 TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
-
-
-def load_settings(path: Path) -> DemoSettings:
-    raw = json.loads(path.read_text())
-    raw["directory"] = Path(raw["directory"])
-    return DemoSettings(**raw)
-
-
-def save_settings(settings: DemoSettings, path: Path) -> None:
-    raw = asdict(settings)
-    raw["directory"] = str(settings.directory)
-    atomic_write_bytes(path, json.dumps(raw, sort_keys=True, indent=1).encode())
-
-
-class HttpBackend:
-    """``RolloutBackend`` over Gym deployments served by other processes."""
-
-    def __init__(self, gyms: Mapping[str, HttpGym]) -> None:
-        self.gyms = gyms
-
-    async def run(
-        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return await self.gyms[instance_id].run(episode, task)
-
-
-@contextlib.asynccontextmanager
-async def gym_processes(
-    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
-) -> AsyncIterator[dict[str, dict[str, str]]]:
-    """One ``envckpt.sim.server`` child per instance; yields instance -> server URLs."""
-    run_dir = settings.directory / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    children: list[subprocess.Popen[bytes]] = []
-    ready: dict[str, Path] = {}
-    env = dict(os.environ, ENVCKPT_GYM_TOKEN=token)
-    try:
-        for index, instance in enumerate(settings.instance_list()):
-            ready_file = run_dir / f"gym-{index}-{incarnation}.json"
-            ready_file.unlink(missing_ok=True)  # a killed server leaves its old one
-            ready[instance.instance_id] = ready_file
-            log = (run_dir / f"gym-{index}-{incarnation}.log").open("ab")
-            children.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "envckpt.sim.server",
-                        "--seed",
-                        str(settings.gym_seed()),
-                        "--audit",
-                        str(settings.directory / "audit.jsonl"),
-                        "--rows-url",
-                        rows_url,
-                        "--rows-token",
-                        token,
-                        "--tool-latency",
-                        str(settings.tool_latency),
-                        "--ready-file",
-                        str(ready_file),
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-        urls: dict[str, dict[str, str]] = {}
-        for instance_id, ready_file in ready.items():
-            for _ in range(600):
-                if ready_file.exists():
-                    break
-                if any(child.poll() is not None for child in children):
-                    raise RuntimeError("a Gym server process exited during startup")
-                await asyncio.sleep(0.05)
-            else:
-                raise TimeoutError(f"Gym server for {instance_id} did not start in 30 s")
-            urls[instance_id] = json.loads(ready_file.read_text())
-        yield urls
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        for child in children:
-            try:
-                child.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                child.kill()
-
-
-class RayBackend:
-    """``RolloutBackend`` over Gym deployments hosted in Ray actors."""
-
-    def __init__(self, instances: Mapping[str, Any]) -> None:
-        self.instances = instances
-
-    async def run(
-        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = await self.instances[instance_id].run_rollout(episode, task)
-        return result
-
-
-Hosted = tuple[list[InstanceClient], RolloutBackend]
-
-
-@contextlib.asynccontextmanager
-async def http_instances(
-    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
-) -> AsyncIterator[Hosted]:
-    """Gym servers as child processes, driven over HTTP."""
-    async with gym_processes(
-        settings, token=token, rows_url=rows_url, incarnation=incarnation
-    ) as urls:
-        gyms = {iid: HttpGym(server_urls, token=token) for iid, server_urls in urls.items()}
-        instances: list[InstanceClient] = [
-            LocalInstance(
-                GymCheckpointAdapter(
-                    instance=instance, coordination=gyms[instance.instance_id].coordinator
-                )
-            )
-            for instance in settings.instance_list()
-        ]
-        try:
-            yield instances, HttpBackend(gyms)
-        finally:
-            for gym in gyms.values():
-                await gym.aclose()
-
-
-@contextlib.asynccontextmanager
-async def ray_instances(
-    settings: DemoSettings, *, token: str, rows_url: str
-) -> AsyncIterator[Hosted]:
-    """One Ray actor per instance, each hosting its Gym deployment and adapter."""
-    import ray
-
-    from envckpt.sim.gym import GymConfig
-    from envckpt.sim.ray_actors import spawn_instances
-
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    try:
-        config = GymConfig(
-            seed=settings.gym_seed(),
-            tool_latency=settings.tool_latency,
-            audit_path=str(settings.directory / "audit.jsonl"),
-        )
-        clients = spawn_instances(
-            settings.instance_list(), config, rows_url=rows_url, rows_token=token
-        )
-        yield list(clients), RayBackend({c.instance_id: c for c in clients})
-    finally:
-        ray.shutdown()
+# Each refused snapshot costs one restart of the Gym servers; there are at
+# most keep_latest_k snapshots to refuse.
+_MAX_GYM_RESTARTS = 8
 
 
 async def run_job(
-    settings: DemoSettings, *, incarnation: int, token: str, use_ray: bool = False
+    settings: DemoSettings,
+    *,
+    incarnation: int,
+    token: str,
+    interruption: Interruption | None = None,
+    use_ray: bool = False,
 ) -> int:
-    """Restore (or start fresh), run every rollout to its end, write results.json."""
-    events = EventLog(settings.directory / "events.jsonl", incarnation=incarnation)
+    """Restore (or start fresh), run every rollout to its end; the exit code."""
+    events = EventLog(settings.directory / EVENTS_NAME, incarnation=incarnation)
     events.emit("started", pid=os.getpid(), ray=use_ray)
+    signals = JobSignals(grace_seconds=settings.grace_seconds)
     rows = PendingStaging()
     app = FastAPI()
     app.include_router(rows_router(rows.stage, token=token))
-    async with serve(app) as trainer_url:
-        rows_url = f"{trainer_url}/rows"
-        hosted = (
-            ray_instances(settings, token=token, rows_url=rows_url)
-            if use_ray
-            else http_instances(settings, token=token, rows_url=rows_url, incarnation=incarnation)
-        )
-        async with hosted as (instances, backend):
-            await _train(settings, events, rows, instances, backend)
-    events.close()
-    return 0
+    lock = None
+    try:
+        # Before any Gym server starts: a root this job cannot use refuses at once.
+        lock = claim_root(settings.directory)
+        async with serve(app) as trainer_url:
+            rows_url = f"{trainer_url}/rows"
+            for _ in range(_MAX_GYM_RESTARTS):
+                hosting = (
+                    ray_instances(settings, token=token, rows_url=rows_url)
+                    if use_ray
+                    else http_instances(
+                        settings, token=token, rows_url=rows_url, incarnation=incarnation
+                    )
+                )
+                async with hosting as hosted:
+                    # After the hosts started: ray.init installs a SIGTERM handler of its own.
+                    signals.install()
+                    try:
+                        return await _train(settings, events, rows, hosted, signals, interruption)
+                    except SnapshotRefusedByEnvironment as error:
+                        # These Gym processes saw a restore; fresh ones take the next.
+                        events.emit("restore_refused", snapshot=error.snapshot, reason=error.reason)
+                        rows.target = None
+            raise RuntimeError(f"Gym refused {_MAX_GYM_RESTARTS} snapshots in a row")
+    except (StartRefused, SnapshotsFailing, RestoreFailed) as error:
+        events.emit("stopped", error=type(error).__name__, reason=str(error))
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+        signals.uninstall()
+        events.close()
 
 
 async def _train(
     settings: DemoSettings,
     events: EventLog,
     rows: PendingStaging,
-    instances: list[InstanceClient],
-    backend: RolloutBackend,
-) -> None:
+    hosted: Hosted,
+    signals: JobSignals,
+    interruption: Interruption | None,
+) -> int:
     directory = settings.directory
     facade = GymEnvironmentCheckpoint(
-        instances, timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0)
+        hosted.instances,
+        timeouts=CheckpointTimeouts(prepare_seconds=10.0, commit_seconds=60.0),
     )
 
-    def progress(event: str, fields: Mapping[str, Any]) -> None:
-        if event == "snapshot":
-            result = fields["result"]
-            events.emit(
-                "snapshot",
-                checkpoint_id=result.checkpoint_id,
-                metrics=result.metrics,
-                exported=result.exported_episodes,
-                restarted=result.restarted_rollouts,
-            )
-        elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED, "snapshot_failed"):
-            events.emit(event, **fields)
+    async def stop_gym(result: object) -> None:
+        # The final snapshot is published and Gym still paused: stop it here,
+        # so no turn runs past the snapshot (a preempted node loses it anyway).
+        del result
+        await hosted.stop()
 
     started = await start_trainer(
         make_tasks(settings),
         facade=facade,
-        backend=backend,
+        backend=hosted.backend,
         barrier=DataPlaneBarrier(),
-        root=directory / "snapshots",
+        root=directory,
         data_plane_path=directory / "live.sqlite",
         staging=rows,
         keep_latest_k=settings.keep_latest_k,
         max_in_flight_per_instance=settings.in_flight_per_instance,
-        on_progress=progress,
-    )
-    report, results, job = started.report, started.results, started.job
-    events.emit(
-        "restored",
-        snapshot=None if report.path is None else report.path.name,
-        continued=0 if report.plan is None else len(report.plan.continued),
-        abandoned=0 if report.plan is None else len(report.plan.abandoned),
-        refused=report.refused,
-        finished_before=len(results),
+        snapshot_policy=SnapshotPolicy(
+            every_seconds=settings.snapshot_every, min_running_ratio=settings.min_running_ratio
+        ),
+        signals=signals,
+        on_final_snapshot=stop_gym,
     )
     try:
-        await job.run(snapshot_every=settings.snapshot_every)
+        results, job = started.results, started.job
+        events.restored(started.report, finished_before=len(results))
+        job.on_progress = events.progress
+        if interruption is not None and interruption.kind != KILL_IN_RESTORE:
+            interrupter = Interrupter(
+                interruption,
+                total=settings.rollouts,
+                finished=len(results),
+                strike=lambda info: _strike(events, info),
+            )
+
+            def progress(event: str, fields: Mapping[str, Any]) -> None:
+                events.progress(event, fields)
+                interrupter.progress(event, fields)
+
+            job.on_progress = progress
+        report = await job.run()
+        if report.preempted:
+            return int(report.exit_code)
         final = dict(results.items())
         atomic_write_bytes(directory / "results.json", json.dumps(final, sort_keys=True).encode())
         events.emit("done", finished=len(final))
+        return int(JobExit.FINISHED)
     finally:
-        report.data_plane.close()
+        started.close()
+
+
+def _strike(events: EventLog, info: Mapping[str, Any]) -> None:
+    """The planned interruption: announced in the event log, then real."""
+    events.emit("interrupting", **info)
+    if info["kind"] == PREEMPT:
+        os.kill(os.getpid(), signal.SIGTERM)  # through the job's own handler
+    else:
+        _kill_group()
+
+
+def _kill_group() -> None:
+    # The whole job: this process and every child in its group (the Gym
+    # servers), like a node failure.
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _install_crash(args: argparse.Namespace, settings: DemoSettings) -> Interruption | None:
+    interruption = Interruption.from_arg(args.interrupt) if args.interrupt else None
+    if interruption is not None and interruption.kind == KILL_IN_RESTORE:
+        events = EventLog(settings.directory / EVENTS_NAME, incarnation=args.incarnation)
+        point = interruption.restore_point
+
+        def in_restore(name: str) -> None:
+            if name == point:
+                events.emit("interrupting", kind=KILL_IN_RESTORE, point=point, snapshots=0)
+                _kill_group()
+
+        crashpoints.install(in_restore)
+    elif args.crash_at:
+        point, _, nth = args.crash_at.partition(":")
+        crashpoints.install(crashpoints.kill_at(point, nth=int(nth or 1)))
+    return interruption
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.trainer_process")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
     parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     args = parser.parse_args(argv)
@@ -299,12 +231,24 @@ def main(argv: list[str] | None = None) -> int:
         ],
         logger_factory=structlog.WriteLoggerFactory(file=log_path.open("a")),
     )
-    if args.crash_at:
-        point, _, nth = args.crash_at.partition(":")
-        crashpoints.install(crashpoints.kill_at(point, nth=int(nth or 1)))
-    return asyncio.run(
-        run_job(settings, incarnation=args.incarnation, token=token, use_ray=args.ray)
-    )
+    interruption = _install_crash(args, settings)
+    try:
+        return asyncio.run(
+            run_job(
+                settings,
+                incarnation=args.incarnation,
+                token=token,
+                interruption=interruption,
+                use_ray=args.ray,
+            )
+        )
+    except (StartRefused, SnapshotsFailing, RestoreFailed) as error:
+        print(f"envckpt trainer: {error}", file=sys.stderr)
+        if isinstance(error, RestoreFailed):
+            print(f"envckpt trainer: reason: {error.reason}", file=sys.stderr)
+            print(f"envckpt trainer: next step: {error.action}", file=sys.stderr)
+        code = exit_code_for(error)
+        return int(code if code is not None else 1)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ embedded default, used by the in-process trainer and the end-to-end tests.
     async with barrier.checkpoint() as cut:
         written = await plane.snapshot_to(cut, tmp / "dataplane.sqlite")
     ...
-    # at startup, before the ledger:
-    plane = SqliteDataPlane.restore_from(snapshot / "dataplane.sqlite", live_path)
+    # at startup: check the snapshot's copy, then install it (or start empty)
+    staged = StagedDataPlane.stage(snapshot / "dataplane.sqlite", live_path)
+    plane = staged.install()                   # or: SqliteDataPlane.fresh(live_path)
     async with barrier.mutation() as cut:
         plane.clear_orphans(cut, keep=plan.keep_staging_keys)
 
@@ -156,18 +157,7 @@ class SqliteDataPlane:
 
     def missing_keys(self, keys: Iterable[str]) -> frozenset[str]:
         """The keys of ``keys`` that have no row (empty: all present)."""
-        wanted = sorted(set(keys))
-        present: set[str] = set()
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start : start + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            present.update(
-                row[0]
-                for row in self._conn.execute(
-                    f"SELECT staging_key FROM staging_rows WHERE staging_key IN ({marks})", chunk
-                )
-            )
-        return frozenset(wanted) - present
+        return _missing_keys(self._conn, keys)
 
     # ---- writes (each takes a cut) -------------------------------------------
 
@@ -276,30 +266,20 @@ class SqliteDataPlane:
     ) -> SqliteDataPlane:
         """Install the snapshot copy ``source`` as the live data plane at ``target_path``.
 
-        The copy is validated (integrity check, kind, schema) as a temporary file
-        beside the target before it replaces anything, so a bad snapshot leaves
-        the target untouched. Close any data plane open on ``target_path`` first:
-        its WAL files are removed so they cannot be replayed onto the new file.
+        ``StagedDataPlane.stage`` then ``install``: a bad snapshot leaves the
+        target untouched. Close any data plane open on ``target_path`` first.
         """
-        source_path = Path(source)
-        target = Path(target_path)
-        if not source_path.is_file():
-            raise DataPlaneCorrupt("data-plane snapshot is missing", path=str(source_path))
-        tmp = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
-        try:
-            shutil.copyfile(source_path, tmp)
-            try:
-                cls.check_copy(tmp)
-            except DataPlaneCorrupt as exc:
-                raise DataPlaneCorrupt(exc.message, path=str(source_path)) from exc
-            _fsync_file(tmp)
-            for suffix in ("-wal", "-shm", "-journal"):
-                Path(f"{target}{suffix}").unlink(missing_ok=True)
-            os.replace(tmp, target)
-            fsync_dir(target.parent)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        return StagedDataPlane.stage(source, target_path).install()
+
+    @classmethod
+    def fresh(cls, path: str | os.PathLike[str]) -> SqliteDataPlane:
+        """An empty data plane at ``path``: whatever a crashed run left there is deleted.
+
+        With no snapshot to restore, no row of the old file is referenced.
+        """
+        target = Path(path)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
         return cls(target)
 
     @contextlib.contextmanager
@@ -311,6 +291,85 @@ class SqliteDataPlane:
             self._conn.execute("ROLLBACK")
             raise
         self._conn.execute("COMMIT")
+
+
+class StagedDataPlane:
+    """A snapshot's data-plane copy, checked, waiting beside the live file to replace it.
+
+    staged = StagedDataPlane.stage(snapshot / "dataplane.sqlite", live_path)
+    staged.missing_keys(keys)          # read the copy before deciding
+    plane = staged.install()           # or staged.discard()
+    """
+
+    def __init__(self, copy: Path, target: Path, source: Path) -> None:
+        self.copy = copy
+        self.target = target
+        self.source = source
+
+    @classmethod
+    def stage(
+        cls, source: str | os.PathLike[str], target_path: str | os.PathLike[str]
+    ) -> StagedDataPlane:
+        """Copy ``source`` beside ``target_path`` and check it; ``DataPlaneCorrupt`` if bad."""
+        source_path = Path(source)
+        target = Path(target_path)
+        if not source_path.is_file():
+            raise DataPlaneCorrupt("data-plane snapshot is missing", path=str(source_path))
+        copy = target.with_name(f".{target.name}.restore-{uuid.uuid4().hex}")
+        try:
+            shutil.copyfile(source_path, copy)
+            try:
+                SqliteDataPlane.check_copy(copy)
+            except DataPlaneCorrupt as exc:
+                raise DataPlaneCorrupt(exc.message, path=str(source_path)) from exc
+            _fsync_file(copy)
+        except BaseException:
+            copy.unlink(missing_ok=True)
+            raise
+        return cls(copy, target, source_path)
+
+    def missing_keys(self, keys: Iterable[str]) -> frozenset[str]:
+        """The keys of ``keys`` that have no row in the copy (read-only)."""
+        conn = sqlite3.connect(f"file:{self.copy}?mode=ro", uri=True)
+        try:
+            return _missing_keys(conn, keys)
+        except sqlite3.DatabaseError as exc:
+            raise DataPlaneCorrupt(f"unreadable data plane: {exc}", path=str(self.source)) from exc
+        finally:
+            conn.close()
+
+    def install(self) -> SqliteDataPlane:
+        """Replace the live file with the copy and open it.
+
+        Its WAL files are removed first so they cannot be replayed onto the new file.
+        """
+        try:
+            for suffix in ("-wal", "-shm", "-journal"):
+                Path(f"{self.target}{suffix}").unlink(missing_ok=True)
+            os.replace(self.copy, self.target)
+            fsync_dir(self.target.parent)
+        except BaseException:
+            self.discard()
+            raise
+        return SqliteDataPlane(self.target)
+
+    def discard(self) -> None:
+        self.copy.unlink(missing_ok=True)
+
+
+def _missing_keys(conn: sqlite3.Connection, keys: Iterable[str]) -> frozenset[str]:
+    wanted = sorted(set(keys))
+    present: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        present.update(
+            row[0]
+            for row in conn.execute(
+                f"SELECT staging_key FROM staging_rows WHERE staging_key IN ({marks})", chunk
+            )
+        )
+    return frozenset(wanted) - present
 
 
 def _check_schema(conn: sqlite3.Connection, where: str) -> None:

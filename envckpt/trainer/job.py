@@ -1,20 +1,29 @@
-"""The rollout loop of a training job: dispatch, collect, snapshot, and resume after a crash.
+"""The rollout loop of a training job: dispatch, collect, snapshot, preempt, resume after a crash.
 
     job = RolloutJob(tasks, backend=backend, ledger=ledger, data_plane=plane,
-                     barrier=barrier, snapshotter=snapshotter, results=results)
-    report = await job.run(snapshot_every=2.0)
+                     barrier=barrier, snapshotter=snapshotter, results=results,
+                     snapshot_policy=SnapshotPolicy(max_consecutive_failures=3),
+                     signals=JobSignals(grace_seconds=30.0))
+    report = await job.run(snapshot_every=2.0)     # SnapshotsFailing if unprotected
+    report.exit_code                               # JobExit: finished or preempted
 
 Every ledger change happens in a data-plane mutation section, never while a
 remote call is in flight. Restored rollouts (``ledger.redispatch_order()``)
 are sent first, each back to the instance that holds it. A rollout refused
 as a stale attempt is failed and re-minted as attempt + 1 on the same
 instance; the next snapshot retires the old attempt everywhere.
+
+``run`` ends in one of three ways: every rollout sealed (the snapshot in
+progress, if any, finishes first); ``SnapshotsFailing`` from the snapshot
+loop (``snapshot_loop``), the rollouts cancelled; or preempted
+(``preemption``): a final snapshot, the rollouts stopped inside it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,8 +36,11 @@ from envckpt.machines.tables import LedgerStatus
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
+from envckpt.trainer.job_errors import JobExit
 from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.preemption import JobSignals, take_final_snapshot
 from envckpt.trainer.results import ResultStore
+from envckpt.trainer.snapshot_loop import SnapshotCounts, SnapshotLoop, SnapshotPolicy
 from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
 
 
@@ -55,6 +67,16 @@ class JobReport:
     restarted_attempts: int = 0
     snapshots: list[SnapshotResult] = field(default_factory=list)
     snapshot_failures: list[str] = field(default_factory=list)
+    preempted: bool = False
+    final_snapshot: SnapshotResult | None = None
+    final_snapshot_aborted: str = ""
+
+    @property
+    def exit_code(self) -> JobExit:
+        """What the trainer process exits with after ``run`` returned."""
+        if not self.preempted:
+            return JobExit.FINISHED
+        return JobExit.PREEMPTED if self.final_snapshot is not None else JobExit.PREEMPTED_UNSAVED
 
 
 class StagingRecorder:
@@ -83,7 +105,7 @@ class StagingRecorder:
 
 
 class RolloutJob:
-    """Drives every task to a sealed result, taking snapshots on a timer."""
+    """Drives every task to a sealed result, taking snapshots on an adaptive timer."""
 
     def __init__(
         self,
@@ -99,6 +121,9 @@ class RolloutJob:
         clock: Clock | None = None,
         on_progress: Callable[[str, Mapping[str, Any]], None] | None = None,
         max_in_flight_per_instance: int | None = None,
+        snapshot_policy: SnapshotPolicy | None = None,
+        signals: JobSignals | None = None,
+        on_final_snapshot: Callable[[SnapshotResult], Awaitable[None]] | None = None,
     ) -> None:
         self.tasks = {task.rollout_id: task for task in tasks}
         self.backend = backend
@@ -118,55 +143,85 @@ class RolloutJob:
             if max_in_flight_per_instance
         }
         self.on_progress = on_progress or (lambda event, fields: None)
+        self.snapshots = SnapshotLoop(
+            snapshotter,
+            policy=snapshot_policy,
+            counts=SnapshotCounts(self.report.snapshots, self.report.snapshot_failures),
+            on_progress=self._progress,
+        )
+        self.signals = signals
+        if signals is not None:
+            signals.on_snapshot_request(self.snapshots.request_now)
+        self.on_final_snapshot = on_final_snapshot
+
+    def _progress(self, event: str, fields: Mapping[str, Any]) -> None:
+        # Looked up at each call: callers may replace ``on_progress`` later.
+        self.on_progress(event, fields)
 
     async def run(self, *, snapshot_every: float | None = None) -> JobReport:
-        """Finish every task; snapshot every ``snapshot_every`` seconds meanwhile."""
+        """Finish every task, snapshotting every ``snapshot_every`` seconds (at least).
+
+        Raises ``SnapshotsFailing`` when the snapshot policy gives up; returns
+        early, with ``report.preempted``, when the job was preempted.
+        """
         await self._reserve_new()
         order = [entry.rollout_id for entry in self.ledger.redispatch_order()]
         order += [rid for rid in self.tasks if rid not in order and rid not in self.results]
         rollouts = [asyncio.create_task(self._drive(rid), name=f"rollout {rid}") for rid in order]
-        finished = asyncio.Event()
-        snapshots = (
-            asyncio.create_task(self._snapshot_forever(snapshot_every, finished))
-            if snapshot_every
-            else None
+        every = (
+            snapshot_every if snapshot_every is not None else self.snapshots.policy.every_seconds
         )
+        stop = asyncio.Event()
+        background: dict[asyncio.Future[Any], str] = {
+            asyncio.ensure_future(asyncio.gather(*rollouts)): "finished"
+        }
+        if every or self.signals is not None:
+            background[asyncio.ensure_future(self.snapshots.run(stop, every_seconds=every))] = (
+                "snapshots"
+            )
+        if self.signals is not None:
+            background[asyncio.ensure_future(self.signals.preempted.wait())] = "preempted"
         try:
-            await asyncio.gather(*rollouts)
+            done, _ = await asyncio.wait(background, return_when=asyncio.FIRST_COMPLETED)
+            ended = {background[future]: future for future in done}
+            if "finished" in ended:
+                ended["finished"].result()
+            elif "preempted" in ended:
+                stop.set()
+                await _settled(_named(background, "snapshots"))
+                await self._preempted(rollouts)
+            else:
+                ended["snapshots"].result()  # SnapshotsFailing, or a bug
         finally:
-            for task in rollouts:
-                task.cancel()
-            finished.set()
-            if snapshots is not None:
-                # A snapshot in progress is let finish (cancelling it mid-way
-                # would leave work for the next start); only the wait stops.
-                await asyncio.gather(snapshots, return_exceptions=True)
+            stop.set()
+            await _cancel_all(rollouts)
+            for future, name in background.items():
+                if name == "preempted":
+                    future.cancel()
+            await _settled(_named(background, "finished"))  # its outcome is known; collect it
+            # A snapshot in progress is let finish (cancelling it mid-way
+            # would leave work for the next start); only the wait stops.
+            await _settled(_named(background, "snapshots"))
         return self.report
 
     async def snapshot_once(self) -> SnapshotResult | None:
-        """Take one snapshot; a retryable failure is recorded and returns None."""
-        try:
-            result = await self.snapshotter.take()
-        except Exception as error:
-            if not self.snapshotter.env.is_unavailable(error):
-                raise
-            self.report.snapshot_failures.append(f"{type(error).__name__}: {error}")
-            self.on_progress("snapshot_failed", {"error": str(error)})
-            return None
-        self.report.snapshots.append(result)
-        self.on_progress("snapshot", {"result": result})
-        return result
+        """Take one snapshot now under the job's failure rules (None: it failed)."""
+        return await self.snapshots.snapshot_once()
 
-    async def _snapshot_forever(self, every: float, finished: asyncio.Event) -> None:
-        while not finished.is_set():
-            sleeping = asyncio.ensure_future(self.clock.sleep(every))
-            stopping = asyncio.ensure_future(finished.wait())
-            await asyncio.wait({sleeping, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            sleeping.cancel()
-            stopping.cancel()
-            if finished.is_set():
-                return
-            await self.snapshot_once()
+    async def _preempted(self, rollouts: list[asyncio.Task[None]]) -> None:
+        """Final snapshot; the rollouts stop inside it, while the environment is paused."""
+        assert self.signals is not None
+        self.report.preempted = True
+
+        async def inside(result: SnapshotResult) -> None:
+            await _cancel_all(rollouts)
+            if self.on_final_snapshot is not None:
+                await self.on_final_snapshot(result)
+
+        final = await take_final_snapshot(self.snapshotter, self.signals, inside=inside)
+        self.report.final_snapshot = final.result
+        self.report.final_snapshot_aborted = final.aborted
+        self.on_progress("final_snapshot", {"result": final.result, "aborted": final.aborted})
 
     async def _reserve_new(self) -> None:
         async with self.barrier.mutation() as cut:
@@ -226,3 +281,22 @@ class RolloutJob:
             self.ledger.seal(cut, rollout_id)
         self.report.finished += 1
         self.on_progress(LedgerStatus.SEALED, {"rollout_id": rollout_id, "attempt": attempt})
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
+def _named(background: Mapping[asyncio.Future[Any], str], name: str) -> asyncio.Future[Any] | None:
+    return next((future for future, which in background.items() if which == name), None)
+
+
+async def _settled(future: asyncio.Future[Any] | None) -> None:
+    """Wait for ``future`` to end, whatever it ends with."""
+    if future is not None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await future

@@ -74,6 +74,7 @@ from envckpt.trainer.ledger_entry import (
     RestartPlan,
     RestoreMismatch,
     StagingRowSource,
+    dropped_to_json,
     parse_dropped_attempt,
     restore_mismatches,
 )
@@ -96,6 +97,10 @@ class RecoveryLedger:
         self._entries: dict[str, LedgerEntry] = {}
         self._by_instance: dict[str, set[str]] = {}
         self._dropped: dict[str, set[EnvironmentEpisode]] = {}
+        self._data_plane = data_plane
+
+    def attach_data_plane(self, data_plane: StagingRowSource) -> None:
+        """The data plane snapshots check staging keys against (a loaded ledger has none)."""
         self._data_plane = data_plane
 
     # ---- reading -------------------------------------------------------------
@@ -327,15 +332,7 @@ class RecoveryLedger:
         """The ledger as a checksummed JSON document."""
         body: dict[str, Any] = {
             "entries": [entry.to_json() for entry in self._entries.values()],
-            "dropped": [
-                {
-                    "instance_id": instance,
-                    "rollout_id": episode.rollout_id,
-                    "attempt": episode.attempt,
-                }
-                for instance in sorted(self._dropped)
-                for episode in sorted(self._dropped[instance])
-            ],
+            "dropped": dropped_to_json(self._dropped),
         }
         return checksummed.encode(kind=KIND, schema_version=SCHEMA_VERSION, body=body)
 

@@ -183,3 +183,12 @@ def restore_mismatches(
             problems.append(f"{rollout_id}: ledger status {entry.status} is not restorable")
         seen.add(rollout_id)
     return problems
+
+
+def dropped_to_json(dropped: Mapping[str, Iterable[EnvironmentEpisode]]) -> list[dict[str, Any]]:
+    """Attempts to retire, per instance, as ``parse_dropped_attempt`` reads each back (sorted)."""
+    return [
+        {"instance_id": instance, "rollout_id": episode.rollout_id, "attempt": episode.attempt}
+        for instance in sorted(dropped)
+        for episode in sorted(dropped[instance])
+    ]

@@ -1,37 +1,74 @@
-"""``Restorer``: restore the newest usable rollout snapshot at startup.
+"""``Restorer``: restore the newest usable rollout snapshot at startup, or refuse clearly.
 
-    restorer = Restorer(root, env_checkpoint=env, barrier=barrier)
+    restorer = Restorer(root, env_checkpoint=env, barrier=barrier,
+                        sidecar_readers={RESULTS_SIDECAR: read_results_sidecar})
     report = await restorer.restore(data_plane_path=run_dir / "dataplane.sqlite")
     report.ledger, report.data_plane        # live objects to run with
     report.plan.continued                   # redispatch these first, same instance
+    report.considered                       # every snapshot looked at: chosen, or refused and why
 
-Order (rl-recovery.md): pick the newest published snapshot whose manifest and
-every file's checksum verify (a corrupt or partial one is refused whole, and
-the previous one is tried) -- all before the environment is contacted, so a
-refused snapshot leaves no trace in Gym; then restore the data plane, then the
-ledger, then ``env.restored(path)`` with ``prepare_for_restart`` and orphan
-clearing under a mutation cut inside it. An exception there makes the
-environment drop what it restored.
+Order, and what each failure does:
+
+1. Take the root lock (``RootLock``), then remove the debris crashes left
+   (``.tmp``, ``.trash``): never another trainer's in-flight files.
+2. For each published snapshot, newest first: check every trainer-side file
+   (``check_candidate``: manifest, digests, ledger, sidecars, Gym manifest
+   against the ledger, data plane). A content error refuses the snapshot
+   whole: it is moved to ``refused/`` with its reason, and the next older
+   one is tried. Nothing has been sent to the environment yet.
+3. Install the chosen data plane copy; ``env.restored(path)``; inside it,
+   under a mutation cut, ``prepare_for_restart`` and orphan clearing. An
+   exception there makes the environment drop what it restored (abandon).
+4. A failed environment restore raises ``RestoreFailed`` whose ``action``
+   says what the operator must do next. When Gym refused the snapshot's
+   content (``CorruptCheckpoint``) the snapshot is quarantined too and the
+   error is ``SnapshotRefusedByEnvironment``: the Gym processes now hold a
+   dropped restore and cannot take another, so the next start (with fresh
+   Gym servers) restores the previous snapshot. Never a crash loop: every
+   start either lands or moves one bad snapshot aside.
+5. No snapshot left: a fresh start with an empty data plane and ledger.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from envckpt.crashpoints import crashpoint
-from envckpt.errors import CorruptCheckpoint
+from envckpt.errors import (
+    CorruptCheckpoint,
+    DeadlineExceeded,
+    GymCheckpointUnavailable,
+    IllegalTransition,
+    IncompatibleCheckpoint,
+)
 from envckpt.interfaces import EnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.candidate import CheckedCandidate, SidecarReader, check_candidate
 from envckpt.trainer.dataplane import SqliteDataPlane
-from envckpt.trainer.layout import SnapshotLayout, SnapshotManifest, verify_snapshot
+from envckpt.trainer.job_errors import RestoreFailed, SnapshotRefusedByEnvironment
+from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.ledger_entry import RestartPlan
-from envckpt.trainer.snapshotter import DATA_PLANE_NAME, LEDGER_NAME
+from envckpt.trainer.root_guard import RootLock
+from envckpt.trainer.snapshot_manifest import SnapshotManifest
+
+CHOSEN = "chosen"
+REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class Considered:
+    """One snapshot the restore looked at: ``chosen``, or ``refused`` with the reason."""
+
+    snapshot: str
+    outcome: str
+    reason: str = ""
 
 
 @dataclass
@@ -43,12 +80,20 @@ class RestoreReport:
     data_plane: SqliteDataPlane
     plan: RestartPlan | None = None
     manifest: SnapshotManifest | None = None
-    refused: list[tuple[str, str]] = field(default_factory=list)
+    considered: list[Considered] = field(default_factory=list)
+    sidecars: dict[str, object] = field(default_factory=dict)
     cleared_rows: int = 0
+    debris_removed: int = 0
+    lock: RootLock | None = None
+
+    @property
+    def refused(self) -> list[tuple[str, str]]:
+        """(snapshot, reason) of every refused snapshot, newest first."""
+        return [(c.snapshot, c.reason) for c in self.considered if c.outcome == REFUSED]
 
 
 class Restorer:
-    """Finds, validates and restores the newest usable snapshot under ``root``."""
+    """Finds, checks and restores the newest usable snapshot under ``root``."""
 
     def __init__(
         self,
@@ -56,62 +101,139 @@ class Restorer:
         *,
         env_checkpoint: EnvironmentCheckpoint,
         barrier: DataPlaneBarrier,
+        sidecar_readers: Mapping[str, SidecarReader] | None = None,
+        lock: RootLock | None = None,
     ) -> None:
         self.layout = SnapshotLayout(root)
         self.env = env_checkpoint
         self.barrier = barrier
-
-    def choose(self) -> tuple[Path | None, SnapshotManifest | None, list[tuple[str, str]]]:
-        """The newest snapshot that verifies, and why each newer one was refused."""
-        refused: list[tuple[str, str]] = []
-        for candidate in self.layout.published():
-            try:
-                return candidate, verify_snapshot(candidate), refused
-            except CorruptCheckpoint as error:
-                refused.append((candidate.name, str(error)))
-        return None, None, refused
+        self.sidecar_readers = dict(sidecar_readers or {})
+        self.lock = lock
 
     async def restore(self, *, data_plane_path: str | os.PathLike[str]) -> RestoreReport:
-        log = structlog.get_logger("envckpt.restorer")
-        debris = self.layout.clean_debris()
-        path, manifest, refused = await asyncio.to_thread(self.choose)
-        for name, reason in refused:
-            log.warning("snapshot refused; trying an older one", snapshot=name, reason=reason)
-        if path is None:
-            log.info("no usable snapshot; starting fresh", removed_unpublished=debris)
-            plane = SqliteDataPlane(data_plane_path)
-            return RestoreReport(
-                path=None,
-                ledger=RecoveryLedger(data_plane=plane),
-                data_plane=plane,
-                refused=refused,
-            )
-        plane = SqliteDataPlane.restore_from(path / DATA_PLANE_NAME, data_plane_path)
+        lock = self.lock or RootLock.acquire(self.layout.root)
         try:
-            ledger = RecoveryLedger.load(path / LEDGER_NAME, data_plane=plane)
-            async with (
-                self.env.restored(path) as restored,
-                self.barrier.mutation() as cut,
-            ):
+            report = await self._restore_newest(Path(data_plane_path))
+        except BaseException:
+            if self.lock is None:
+                lock.release()  # the hold this call took; the caller's stays
+            raise
+        report.lock = lock
+        return report
+
+    async def _restore_newest(self, data_plane_path: Path) -> RestoreReport:
+        log = structlog.get_logger("envckpt.restorer")
+        debris = await asyncio.to_thread(self.layout.clean_debris)
+        considered: list[Considered] = []
+        for path in self.layout.published():
+            try:
+                candidate = await asyncio.to_thread(
+                    check_candidate,
+                    path,
+                    data_plane_path=data_plane_path,
+                    sidecar_readers=self.sidecar_readers,
+                )
+            except CorruptCheckpoint as error:
+                considered.append(Considered(path.name, REFUSED, str(error)))
+                log.warning(
+                    "snapshot refused; trying an older one", snapshot=path.name, reason=str(error)
+                )
+                await asyncio.to_thread(self.layout.quarantine, path, str(error))
+                continue
+            crashpoint("restore.validated")
+            considered.append(Considered(path.name, CHOSEN))
+            report = await self._restore(candidate, considered)
+            report.debris_removed = debris
+            return report
+        log.info(
+            "no usable snapshot; starting fresh", removed_debris=debris, refused=len(considered)
+        )
+        plane = SqliteDataPlane.fresh(data_plane_path)
+        return RestoreReport(
+            path=None,
+            ledger=RecoveryLedger(data_plane=plane),
+            data_plane=plane,
+            considered=considered,
+            debris_removed=debris,
+        )
+
+    async def _restore(
+        self, candidate: CheckedCandidate, considered: list[Considered]
+    ) -> RestoreReport:
+        path, ledger = candidate.path, candidate.ledger
+        plane = candidate.staged_plane.install()
+        ledger.attach_data_plane(plane)
+        try:
+            async with self.env.restored(path) as restored, self.barrier.mutation() as cut:
+                crashpoint("restore.environment_restored")
                 plan = ledger.prepare_for_restart(cut, restored)
                 cleared = plane.clear_orphans(cut, plan.keep_staging_keys)
+        except Exception as error:
+            plane.close()
+            raise await self._failed(path, error) from error
         except BaseException:
             plane.close()
             raise
         crashpoint("restore.after")
-        log.info(
+        structlog.get_logger("envckpt.restorer").info(
             "restored",
             snapshot=path.name,
             continued=len(plan.continued),
             abandoned=len(plan.abandoned),
             cleared_rows=cleared,
+            refused=[c.snapshot for c in considered if c.outcome == REFUSED],
         )
         return RestoreReport(
             path=path,
             ledger=ledger,
             data_plane=plane,
             plan=plan,
-            manifest=manifest,
-            refused=refused,
+            manifest=candidate.manifest,
+            considered=considered,
+            sidecars=candidate.sidecars,
             cleared_rows=cleared,
         )
+
+    async def _failed(self, path: Path, error: Exception) -> RestoreFailed:
+        """The operator-facing error for a failed environment restore of ``path``."""
+        reason = f"{type(error).__name__}: {error}"
+        failure: RestoreFailed
+        if isinstance(error, CorruptCheckpoint):
+            moved = await asyncio.to_thread(self.layout.quarantine, path, reason)
+            failure = SnapshotRefusedByEnvironment(
+                f"Gym refused the content of snapshot {path.name}; it was moved to {moved}",
+                snapshot=path.name,
+                reason=reason,
+                action="restart the Gym servers and the trainer: the next start restores the "
+                "previous snapshot (Gym processes that saw a restore cannot take another)",
+            )
+        else:
+            failure = RestoreFailed(
+                f"restoring snapshot {path.name} into the environment failed",
+                snapshot=path.name,
+                reason=reason,
+                action=_action_for(error, path),
+            )
+        structlog.get_logger("envckpt.restorer").error(
+            "environment restore failed",
+            snapshot=path.name,
+            reason=reason,
+            action=failure.action,
+        )
+        return failure
+
+
+def _action_for(error: Exception, path: Path) -> str:
+    if isinstance(error, IncompatibleCheckpoint):
+        return (
+            "start the job with the Gym deployment the snapshot was taken with (same instances "
+            f"and participants), or move {path} out of snapshots/ to restore an older one"
+        )
+    if isinstance(error, IllegalTransition):
+        return "restart the Gym servers: a restore needs fresh Gym processes; the snapshot was kept"
+    if isinstance(error, GymCheckpointUnavailable | DeadlineExceeded):
+        return (
+            "check that every Gym server is up and reachable, then restart the job; "
+            "the snapshot was kept"
+        )
+    return "read the reason above; the snapshot was kept, so a restart tries it again"

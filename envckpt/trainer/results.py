@@ -3,21 +3,26 @@
 The trainer keeps one result per sealed rollout. Results sealed after the
 last snapshot are lost with a crash, exactly like the ledger's seals, and the
 rollouts are finished again after the restore, so the final set holds each
-rollout once.
+rollout once. The sidecar is a checksummed JSON document (``envckpt.checksummed``).
+
+    sidecars = {RESULTS_SIDECAR: results.to_bytes}       # saved under the snapshot's cut
+    results = ResultStore.from_bytes(data, path=...)     # CorruptCheckpoint if damaged
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from envckpt import checksummed
 from envckpt.errors import CorruptCheckpoint
 from envckpt.interfaces import MutationCut
+from envckpt.machines.tables import LedgerStatus
+from envckpt.trainer.ledger import RecoveryLedger
 
 RESULTS_SIDECAR = "results.json"
-_KIND = "envckpt.results"
+KIND = "envckpt.results"
+SCHEMA_VERSION = 1
 
 
 class ResultStore:
@@ -47,22 +52,46 @@ class ResultStore:
 
     def to_bytes(self, cut: MutationCut) -> bytes:
         cut.require_live()
-        body = {"kind": _KIND, "results": self._results}
-        payload = json.dumps(body, sort_keys=True).encode()
-        return json.dumps(
-            {"sha256": hashlib.sha256(payload).hexdigest(), "body": body}, sort_keys=True
-        ).encode()
+        return checksummed.encode(
+            kind=KIND, schema_version=SCHEMA_VERSION, body={"results": self._results}
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes, *, path: str = "") -> ResultStore:
-        try:
-            document = json.loads(data)
-            body = document["body"]
-            payload = json.dumps(body, sort_keys=True).encode()
-            if hashlib.sha256(payload).hexdigest() != document["sha256"]:
-                raise ValueError("checksum mismatch")
-            if body["kind"] != _KIND or not isinstance(body["results"], dict):
-                raise ValueError("not a results file")
-            return cls(body["results"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise CorruptCheckpoint(f"invalid results sidecar: {error}", path=path) from error
+        """Parse ``to_bytes`` output; ``CorruptCheckpoint`` for anything else."""
+        body = checksummed.decode(
+            data, kind=KIND, schema_version=SCHEMA_VERSION, fields=("results",), path=path
+        )
+        results = body["results"]
+        if not isinstance(results, dict) or not all(
+            isinstance(rollout_id, str) and rollout_id and isinstance(result, dict)
+            for rollout_id, result in results.items()
+        ):
+            raise CorruptCheckpoint(
+                "invalid results sidecar: results must map rollout ids to objects", path=path
+            )
+        return cls(results)
+
+
+def read_results_sidecar(data: bytes, *, path: str, ledger: RecoveryLedger) -> ResultStore:
+    """The results sidecar of a snapshot, checked against the ledger saved with it.
+
+    Both are saved under one cut, and a rollout is sealed in the same
+    mutation that records its result: every sealed rollout has a result, and
+    every result's rollout is sealed (or was forgotten by the ledger).
+    """
+    store = ResultStore.from_bytes(data, path=path)
+    sealed = {e.rollout_id for e in ledger.entries() if e.status is LedgerStatus.SEALED}
+    missing = sorted(sealed - set(store._results))
+    unsealed = sorted(
+        rollout_id
+        for rollout_id in store._results
+        if rollout_id in ledger and ledger.entry(rollout_id).status is not LedgerStatus.SEALED
+    )
+    if missing or unsealed:
+        raise CorruptCheckpoint(
+            f"results disagree with the ledger: sealed without a result {missing[:5]}, "
+            f"a result for an unfinished rollout {unsealed[:5]}",
+            path=path,
+        )
+    return store

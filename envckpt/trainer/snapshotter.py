@@ -5,22 +5,37 @@
     async with snapshotter.snapshot() as result:    # published when entered
         ...                                         # environment still paused
     # environment resumed, dispatch reopened; result.metrics complete
+    result = await snapshotter.take()               # the same with nothing to do while paused
 
-Order (rl-recovery.md), and what a failure at each step leaves:
+Phases, in order, each with its failure rule (what is undone, what the
+caller sees), in the manner of a two-phase commit:
 
-1. save lock; fresh checkpoint id; unpublished ``.tmp/<id>``.
-2. close dispatch.
-3. ``env.snapshot(tmp)``: retire dropped attempts, prepare, commit, manifest.
-4. under the data-plane cut: ``check_against_cut``; copy data plane, ledger
-   and sidecars.
-5. leave the cut; write ``MANIFEST.json`` last; rename into ``snapshots/``;
-   ``LATEST``; keep the newest K.
-6. leave the environment context: every instance resumes.
-7. reopen dispatch.
+1. **begin**: save lock; fresh checkpoint id; unpublished ``.tmp/<id>``.
+   Fails: the directory, if made, is deleted. A failed snapshot.
+2. **pause**: dispatch closes; ``env.snapshot(tmp)`` retires dropped
+   attempts, prepares, commits, writes ``gym_checkpoint.json``.
+   Fails: the environment aborted its own checkpoint (every instance
+   resumed); ``.tmp/<id>`` deleted; dispatch reopens. A failed snapshot.
+3. **save**: under the data-plane cut, ``check_against_cut``, then the data
+   plane, ledger and sidecars are written into ``.tmp/<id>``.
+   Fails: as 2 (leaving the environment context with the error aborts it).
+4. **publish**: ``MANIFEST.json`` last, rename into ``snapshots/``, in a
+   thread. A cancellation waits for the rename instead of deleting under it,
+   so the snapshot is whole or absent, never half published.
+   Fails before the rename: as 2. After it the snapshot is published.
+5. **prune** to ``keep_latest_k`` (through the trash). Fails: logged; the
+   new snapshot stands.
+6. **the caller's block**, environment still paused. Raises: the snapshot
+   stays published, the environment resumes, the error propagates.
+7. **resume**: leaving the environment context resumes every instance
+   (the facade retries); dispatch reopens. Fails: the snapshot stays
+   published and the error propagates; ``take`` logs it and returns the
+   result (participants resume themselves at lease expiry).
 
-A failure before step 5 deletes the temporary directory (never restorable)
-and aborts the environment snapshot; ``consecutive_failures`` counts them and
-``env.is_unavailable`` says whether the next attempt may simply retry.
+Every failure before publish is one ``snapshot_failed`` log event with its
+reason and phase, and counts in ``consecutive_failures`` and
+``failures_total``; ``env.is_unavailable`` says whether a retry may simply
+succeed. What to do about failures is the caller's policy (``SnapshotLoop``).
 """
 
 from __future__ import annotations
@@ -38,18 +53,26 @@ from envckpt.clock import Clock, SystemClock
 from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.ids import mint_checkpoint_id, validate_path_component
-from envckpt.interfaces import EnvironmentCheckpoint, MutationCut
+from envckpt.interfaces import EnvironmentCheckpoint, EnvironmentSnapshot, MutationCut
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
-from envckpt.trainer.layout import SnapshotLayout, build_snapshot_manifest
+from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR, SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.root_guard import RootLock
+from envckpt.trainer.snapshot_manifest import build_snapshot_manifest
 
-DATA_PLANE_NAME = "dataplane.sqlite"
-LEDGER_NAME = "ledger.json"
-SIDECAR_DIR = "sidecars"
+__all__ = [
+    "DATA_PLANE_NAME",
+    "LEDGER_NAME",
+    "SIDECAR_DIR",
+    "RolloutSnapshotter",
+    "Sidecar",
+    "SnapshotResult",
+]
 
 Sidecar = Callable[[MutationCut], bytes]
+_log = structlog.get_logger("envckpt.snapshotter")
 
 
 @dataclass
@@ -61,10 +84,29 @@ class SnapshotResult:
     exported_episodes: int
     restarted_rollouts: int
     metrics: dict[str, float] = field(default_factory=dict)
+    # Set by ``take`` when the snapshot was published but resuming failed.
+    resume_error: str = ""
+
+
+@dataclass
+class _Attempt:
+    """One snapshot on its way: where it is, and the times of its phases."""
+
+    checkpoint_id: str
+    paused_at: float
+    phase: str = "begin"
+    temporary: Path | None = None
+    published: SnapshotResult | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class RolloutSnapshotter:
-    """Takes rollout snapshots of environment, data plane and ledger together."""
+    """Takes rollout snapshots of environment, data plane and ledger together.
+
+    Holds the snapshot root's lock (``RootLock``, re-entrant within a process)
+    from construction: a snapshotter never writes into a root another
+    trainer owns.
+    """
 
     def __init__(
         self,
@@ -79,10 +121,12 @@ class RolloutSnapshotter:
         sidecars: Mapping[str, Sidecar] | None = None,
         save_lock: asyncio.Lock | None = None,
         clock: Clock | None = None,
+        lock: RootLock | None = None,
     ) -> None:
         if keep_latest_k < 1:
             raise ValueError("keep_latest_k must be at least 1")
         self.layout = SnapshotLayout(root)
+        self.lock = lock or RootLock.acquire(self.layout.root)
         self.env = env_checkpoint
         self.barrier = barrier
         self.ledger = ledger
@@ -94,110 +138,188 @@ class RolloutSnapshotter:
         self.save_lock = save_lock or asyncio.Lock()
         self.clock = clock or SystemClock()
         self.consecutive_failures = 0
+        self.failures_total = 0
+        self.last_failure = ""
         self.history: list[SnapshotResult] = []
         self._last_resumed_at: float | None = None
 
-    async def take(self) -> SnapshotResult:
-        """Take one snapshot with nothing to do while paused."""
-        async with self.snapshot() as result:
-            pass
+    async def take(self, *, reason: str = "requested") -> SnapshotResult:
+        """Take one snapshot with nothing to do while paused; see phase 7 for resume errors."""
+        result: SnapshotResult | None = None
+        try:
+            async with self.snapshot(reason=reason) as result:
+                pass
+        except Exception as error:
+            if result is None:
+                raise
+            result.resume_error = f"{type(error).__name__}: {error}"
+            _log.warning(
+                "snapshot published, but resuming the environment failed; "
+                "participants resume at lease expiry",
+                checkpoint_id=result.checkpoint_id,
+                error=result.resume_error,
+            )
         return result
 
     @contextlib.asynccontextmanager
-    async def snapshot(self) -> AsyncIterator[SnapshotResult]:
-        clock = self.clock
-        log = structlog.get_logger("envckpt.snapshotter")
+    async def snapshot(self, *, reason: str = "timer") -> AsyncIterator[SnapshotResult]:
+        """Phases 1-7 above. ``reason`` is logged; only timer snapshots warn about pauses."""
         async with self.save_lock:
-            checkpoint_id = mint_checkpoint_id("rollouts")
-            log = log.bind(checkpoint_id=checkpoint_id)
-            temporary = self.layout.new_temporary(checkpoint_id)
-            published: Path | None = None
-            result: SnapshotResult | None = None
-            paused_at = clock.now()
+            attempt = _Attempt(mint_checkpoint_id("rollouts"), paused_at=self.clock.now())
             try:
+                attempt.temporary = self.layout.new_temporary(attempt.checkpoint_id)
+                attempt.phase = "pause"
                 with self.dispatch.closed():
-                    async with self.env.snapshot(temporary) as env_snapshot:
-                        env_done = clock.now()
-                        crashpoint("snapshot.after_commit")
-                        async with self.barrier.checkpoint() as cut:
-                            cut_entered = clock.now()
-                            if env_snapshot is not None:
-                                await env_snapshot.check_against_cut(cut)
-                            written = await self._save_trainer_state(cut, temporary)
-                            crashpoint("snapshot.under_cut")
-                        cut_left = clock.now()
-                        metrics: dict[str, float] = {
-                            "snapshot_env_seconds": env_done - paused_at,
-                            "snapshot_cut_wait_seconds": cut_entered - env_done,
-                            "snapshot_cut_seconds": cut_left - cut_entered,
-                            "snapshot_trainer_bytes": float(written),
-                        }
-                        manifest = build_snapshot_manifest(
-                            temporary,
-                            checkpoint_id=checkpoint_id,
-                            created_at=clock.now(),
-                            metrics=metrics,
-                        )
-                        publishing = asyncio.ensure_future(
-                            asyncio.to_thread(self.layout.publish, temporary, manifest)
-                        )
-                        try:
-                            published = await asyncio.shield(publishing)
-                        except asyncio.CancelledError:
-                            # The rename runs in a thread and cannot be stopped:
-                            # let it finish rather than delete the directory
-                            # under it. The snapshot is then published whole.
-                            published = await publishing
-                            raise
-                        metrics["snapshot_publish_seconds"] = clock.now() - cut_left
-                        metrics["snapshot_bytes"] = float(
-                            sum(size for _, size in manifest.files.values())
-                        )
-                        pruned = self.layout.prune(self.keep_latest_k)
-                        result = SnapshotResult(
-                            checkpoint_id=checkpoint_id,
-                            path=published,
-                            exported_episodes=_exported(env_snapshot),
-                            restarted_rollouts=(
-                                0 if env_snapshot is None else env_snapshot.restarted_rollouts
-                            ),
-                            metrics=metrics,
-                        )
-                        log.info("snapshot published", path=str(published), pruned=pruned)
-                        crashpoint("snapshot.after_publish")
+                    async with self.env.snapshot(attempt.temporary) as env_snapshot:
+                        await self._save_under_cut(attempt, env_snapshot)
+                        result = await self._publish(attempt, env_snapshot)
                         yield result
-                    resumed_at = clock.now()
-                    paused = resumed_at - paused_at
-                    result.metrics["snapshot_paused_seconds"] = paused
-                    if env_snapshot is not None:
-                        result.metrics.update(env_snapshot.metrics(paused))
-                    self._warn_if_mostly_paused(paused_at, paused)
-                    self._last_resumed_at = resumed_at
+                    self._resumed(attempt, result, env_snapshot, reason=reason)
             except BaseException as error:
-                if published is None:
-                    self.layout.discard(temporary)
-                    self.consecutive_failures += 1
-                    log.warning(
-                        "snapshot failed; nothing published",
-                        error=f"{type(error).__name__}: {error}",
-                        retryable=isinstance(error, Exception) and self.env.is_unavailable(error),
-                        consecutive_failures=self.consecutive_failures,
-                    )
+                self._failed(attempt, error)
                 raise
-            self.consecutive_failures = 0
-            self.history.append(result)
-            log.info("snapshot done", **result.metrics)
+
+    # ---- phases ---------------------------------------------------------------
+
+    async def _save_under_cut(
+        self, attempt: _Attempt, env_snapshot: EnvironmentSnapshot | None
+    ) -> None:
+        """Phase 3: check the environment's capture and write the trainer state, one cut."""
+        attempt.phase = "save"
+        env_done = self.clock.now()
+        crashpoint("snapshot.after_commit")
+        assert attempt.temporary is not None
+        async with self.barrier.checkpoint() as cut:
+            cut_entered = self.clock.now()
+            if env_snapshot is not None:
+                await env_snapshot.check_against_cut(cut)
+            written = await self._save_trainer_state(cut, attempt.temporary)
+            crashpoint("snapshot.under_cut")
+        attempt.metrics.update(
+            snapshot_env_seconds=env_done - attempt.paused_at,
+            snapshot_cut_wait_seconds=cut_entered - env_done,
+            snapshot_cut_seconds=self.clock.now() - cut_entered,
+            snapshot_trainer_bytes=float(written),
+        )
+
+    async def _publish(
+        self, attempt: _Attempt, env_snapshot: EnvironmentSnapshot | None
+    ) -> SnapshotResult:
+        """Phases 4 and 5: manifest, rename (whole or not at all), prune."""
+        attempt.phase = "publish"
+        started = self.clock.now()
+        assert attempt.temporary is not None
+        publishing = asyncio.ensure_future(
+            asyncio.to_thread(
+                self._write_and_rename, attempt.temporary, attempt.checkpoint_id, attempt.metrics
+            )
+        )
+        try:
+            path, size = await asyncio.shield(publishing)
+        except asyncio.CancelledError:
+            # The rename runs in a thread and cannot be stopped: let it finish
+            # rather than delete the directory under it.
+            path, size = await publishing
+            attempt.published = self._published(attempt, path, size, started, env_snapshot)
+            raise
+        result = self._published(attempt, path, size, started, env_snapshot)
+        try:
+            pruned = await asyncio.to_thread(self.layout.prune, self.keep_latest_k)
+        except OSError as error:
+            pruned = []
+            _log.warning("pruning old snapshots failed; the new one stands", error=str(error))
+        _log.info("snapshot published", checkpoint_id=result.checkpoint_id, pruned=pruned)
+        crashpoint("snapshot.after_publish")
+        return result
+
+    def _write_and_rename(
+        self, temporary: Path, checkpoint_id: str, metrics: Mapping[str, float]
+    ) -> tuple[Path, int]:
+        manifest = build_snapshot_manifest(
+            temporary, checkpoint_id=checkpoint_id, created_at=self.clock.now(), metrics=metrics
+        )
+        path = self.layout.publish(temporary, manifest)
+        return path, sum(size for _, size in manifest.files.values())
+
+    def _published(
+        self,
+        attempt: _Attempt,
+        path: Path,
+        size: int,
+        started: float,
+        env_snapshot: EnvironmentSnapshot | None,
+    ) -> SnapshotResult:
+        attempt.metrics["snapshot_publish_seconds"] = self.clock.now() - started
+        attempt.metrics["snapshot_bytes"] = float(size)
+        result = SnapshotResult(
+            checkpoint_id=attempt.checkpoint_id,
+            path=path,
+            exported_episodes=_exported(env_snapshot),
+            restarted_rollouts=0 if env_snapshot is None else env_snapshot.restarted_rollouts,
+            metrics=attempt.metrics,
+        )
+        attempt.published = result
+        self.history.append(result)
+        self.consecutive_failures = 0
+        return result
+
+    def _resumed(
+        self,
+        attempt: _Attempt,
+        result: SnapshotResult,
+        env_snapshot: EnvironmentSnapshot | None,
+        *,
+        reason: str,
+    ) -> None:
+        """Phase 7 done: the pause is complete; record it."""
+        resumed_at = self.clock.now()
+        paused = resumed_at - attempt.paused_at
+        result.metrics["snapshot_paused_seconds"] = paused
+        if env_snapshot is not None:
+            result.metrics.update(env_snapshot.metrics(paused))
+        if reason == "timer":
+            self._warn_if_mostly_paused(attempt.paused_at, paused)
+        self._last_resumed_at = resumed_at
+        _log.info(
+            "snapshot done", checkpoint_id=result.checkpoint_id, reason=reason, **result.metrics
+        )
+
+    def _failed(self, attempt: _Attempt, error: BaseException) -> None:
+        """Any phase raised. Before publish: a failed snapshot; after: the snapshot stands."""
+        described = f"{type(error).__name__}: {error}"
+        if attempt.published is not None:
+            self._last_resumed_at = self.clock.now()
+            _log.warning(
+                "snapshot published, then leaving it failed",
+                checkpoint_id=attempt.checkpoint_id,
+                error=described,
+            )
+            return
+        if attempt.temporary is not None:
+            self.layout.discard(attempt.temporary)
+        self.consecutive_failures += 1
+        self.failures_total += 1
+        self.last_failure = described
+        _log.warning(
+            "snapshot_failed",
+            checkpoint_id=attempt.checkpoint_id,
+            phase=attempt.phase,
+            reason=described,
+            retryable=isinstance(error, Exception) and self.env.is_unavailable(error),
+            consecutive_failures=self.consecutive_failures,
+            failures_total=self.failures_total,
+        )
+
+    # ---- helpers --------------------------------------------------------------
 
     async def _save_trainer_state(self, cut: MutationCut, directory: Path) -> int:
         written = await self.data_plane.snapshot_to(cut, directory / DATA_PLANE_NAME)
         written += self.ledger.save(directory / LEDGER_NAME)
-        if self.sidecars:
-            for name, produce in sorted(self.sidecars.items()):
-                data = produce(cut)
-                atomic_write_bytes(
-                    directory / SIDECAR_DIR / validate_path_component(name, what="sidecar"), data
-                )
-                written += len(data)
+        for name, produce in sorted(self.sidecars.items()):
+            data = produce(cut)
+            target = directory / SIDECAR_DIR / validate_path_component(name, what="sidecar")
+            atomic_write_bytes(target, data)
+            written += len(data)
         return written
 
     def _warn_if_mostly_paused(self, paused_at: float, paused: float) -> None:
@@ -205,7 +327,7 @@ class RolloutSnapshotter:
             return
         running = paused_at - self._last_resumed_at
         if paused > running:
-            structlog.get_logger("envckpt.snapshotter").warning(
+            _log.warning(
                 "the environment spent longer paused than running since the last snapshot",
                 paused_seconds=round(paused, 3),
                 running_seconds=round(running, 3),

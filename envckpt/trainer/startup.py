@@ -1,34 +1,45 @@
-"""A trainer's startup in one call: restore (or start fresh), then build the job.
+"""A trainer's startup in one call: claim the root, restore (or start fresh), build the job.
 
     staging = PendingStaging()            # hand it to the policy model (sink) first
     started = await start_trainer(tasks, facade=facade, backend=backend,
                                   barrier=barrier, root=root,
                                   data_plane_path=run_dir / "live.sqlite",
                                   staging=staging)
-    await started.job.run(snapshot_every=2.0)
+    try:
+        report = await started.job.run(snapshot_every=2.0)
+    finally:
+        started.close()                   # data plane, root lock
 
-The order is the one rl-recovery.md fixes: discover and check the
-deployment, restore the newest usable snapshot (data plane, ledger, then the
-environment), attach the restored ledger as the facade's inventory and as
-the destination of token rows, reload the results sidecar, then build the
-snapshotter and the rollout loop on top.
+The order is the one rl-recovery.md fixes, with the root claimed first:
+
+1. take the root's lock (``SnapshotRootLocked`` names the other trainer) and
+   prove the root can take snapshots (``SnapshotRootUnusable``), before
+   anything is cleaned, restored or run;
+2. discover and check the deployment;
+3. restore the newest usable snapshot (every trainer-side file checked
+   first, results included; see ``restorer``), or start fresh;
+4. attach the restored ledger as the facade's inventory and as the
+   destination of token rows; build the snapshotter and the rollout loop.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from envckpt.clock import Clock
 from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job import RolloutBackend, RolloutJob, RolloutTask, StagingRecorder
+from envckpt.trainer.layout import SnapshotLayout
+from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.restorer import Restorer, RestoreReport
-from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
-from envckpt.trainer.snapshotter import SIDECAR_DIR, RolloutSnapshotter
+from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore, read_results_sidecar
+from envckpt.trainer.root_guard import RootLock, probe_root
+from envckpt.trainer.snapshot_loop import SnapshotPolicy
+from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
 
 
 class PendingStaging:
@@ -52,6 +63,23 @@ class StartedTrainer:
     report: RestoreReport
     results: ResultStore
     job: RolloutJob
+    lock: RootLock
+
+    def close(self) -> None:
+        """Close the data plane and release the snapshot root."""
+        self.report.data_plane.close()
+        self.lock.release()
+
+
+def claim_root(root: str | os.PathLike[str]) -> RootLock:
+    """Step 1: the root's lock, and a probe proving it can take snapshots."""
+    lock = RootLock.acquire(root)
+    try:
+        probe_root(SnapshotLayout(root))
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 async def start_trainer(
@@ -67,21 +95,31 @@ async def start_trainer(
     max_in_flight_per_instance: int | None = None,
     clock: Clock | None = None,
     on_progress: Callable[[str, Mapping[str, Any]], None] | None = None,
+    snapshot_policy: SnapshotPolicy | None = None,
+    signals: JobSignals | None = None,
+    on_final_snapshot: Callable[[SnapshotResult], Awaitable[None]] | None = None,
 ) -> StartedTrainer:
-    """Restore the newest usable snapshot under ``root`` and build the rollout job."""
-    await facade.check_startup()
-    report = await Restorer(root, env_checkpoint=facade, barrier=barrier).restore(
-        data_plane_path=data_plane_path
-    )
+    """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run."""
+    lock = claim_root(root)
+    try:
+        await facade.check_startup()
+        restorer = Restorer(
+            root,
+            env_checkpoint=facade,
+            barrier=barrier,
+            sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
+            lock=lock,
+        )
+        report = await restorer.restore(data_plane_path=data_plane_path)
+    except BaseException:
+        lock.release()
+        raise
     facade.inventory = report.ledger
     staging.target = StagingRecorder(
         barrier=barrier, ledger=report.ledger, data_plane=report.data_plane
     )
-    results = (
-        ResultStore.from_bytes((Path(report.path) / SIDECAR_DIR / RESULTS_SIDECAR).read_bytes())
-        if report.path is not None
-        else ResultStore()
-    )
+    results = report.sidecars.get(RESULTS_SIDECAR, ResultStore())
+    assert isinstance(results, ResultStore)
     snapshotter = RolloutSnapshotter(
         root,
         env_checkpoint=facade,
@@ -91,6 +129,7 @@ async def start_trainer(
         keep_latest_k=keep_latest_k,
         sidecars={RESULTS_SIDECAR: results.to_bytes},
         clock=clock,
+        lock=lock,
     )
     job = RolloutJob(
         tasks,
@@ -103,5 +142,8 @@ async def start_trainer(
         clock=clock,
         on_progress=on_progress,
         max_in_flight_per_instance=max_in_flight_per_instance,
+        snapshot_policy=snapshot_policy,
+        signals=signals,
+        on_final_snapshot=on_final_snapshot,
     )
-    return StartedTrainer(report=report, results=results, job=job)
+    return StartedTrainer(report=report, results=results, job=job, lock=lock)

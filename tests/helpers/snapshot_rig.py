@@ -35,11 +35,8 @@ from envckpt.trainer.job import RolloutJob, RolloutTask, StagingRecorder
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.restorer import Restorer, RestoreReport
-from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
-from envckpt.trainer.snapshotter import (
-    SIDECAR_DIR,
-    RolloutSnapshotter,
-)
+from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore, read_results_sidecar
+from envckpt.trainer.snapshotter import RolloutSnapshotter
 
 SEED = 3
 TURNS = 10
@@ -116,14 +113,20 @@ class Rig:
     async def restore(self) -> RestoreReport:
         """Start from the newest usable snapshot, as a restarted job does."""
         await self.facade.check_startup()
-        restorer = Restorer(self.snapshot_root, env_checkpoint=self.facade, barrier=self.barrier)
-        report = await restorer.restore(data_plane_path=self.live_path)
-        results = ResultStore()
-        if report.path is not None:
-            sidecar = report.path / SIDECAR_DIR / RESULTS_SIDECAR
-            results = ResultStore.from_bytes(sidecar.read_bytes())
+        report = await self.restorer().restore(data_plane_path=self.live_path)
+        results = report.sidecars.get(RESULTS_SIDECAR, ResultStore())
+        assert isinstance(results, ResultStore)
         self.attach(report.ledger, report.data_plane, results)
         return report
+
+    def restorer(self) -> Restorer:
+        """The restorer a started trainer uses: results sidecar checked against the ledger."""
+        return Restorer(
+            self.snapshot_root,
+            env_checkpoint=self.facade,
+            barrier=self.barrier,
+            sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
+        )
 
     def attach(self, ledger: RecoveryLedger, plane: SqliteDataPlane, results: ResultStore) -> None:
         self.ledger, self.plane, self.results = ledger, plane, results

@@ -16,9 +16,9 @@ from envckpt.sim.gym import AGENT_SERVER
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.job import RolloutTask, StagingRecorder
-from envckpt.trainer.layout import verify_snapshot
 from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger
 from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
+from envckpt.trainer.snapshot_manifest import verify_snapshot
 from envckpt.trainer.snapshotter import SIDECAR_DIR
 
 from helpers.snapshot_rig import (

@@ -1,69 +1,26 @@
-"""Tests for envckpt.trainer.layout: publish, LATEST, retention and the top-level manifest."""
+"""Tests for envckpt.trainer.layout: publish, listing, prune through the trash, quarantine."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from collections.abc import Callable
+import shutil
 from pathlib import Path
 
 import pytest
 
-from envckpt.errors import CorruptCheckpoint
-from envckpt.trainer.layout import (
-    LATEST_NAME,
+from envckpt import crashpoints
+from envckpt.crashpoints import SimulatedCrash
+from envckpt.trainer.layout import SnapshotLayout
+from envckpt.trainer.snapshot_manifest import (
     MANIFEST_KIND,
     MANIFEST_NAME,
     SCHEMA_VERSION,
-    SnapshotLayout,
     build_snapshot_manifest,
     verify_snapshot,
 )
 
-RECORDS = "gym-instances/shard/replica-0/gym/agent/simple_agent/records-0123abcd.jsonl"
-FILES: dict[str, bytes] = {
-    "gym_checkpoint.json": b'{"kind": "envckpt.gym_checkpoint"}',
-    "dataplane.sqlite": bytes(range(256)) * 8,
-    "ledger.json": b'{"kind": "envckpt.ledger", "entries": []}\n',
-    RECORDS: b'{"capture_key": "r1", "state": {"turn": 3}}\n',
-    "gym-instances/shard/replica-0/gym/agent/simple_agent/manifest.json": b'{"record_count": 1}',
-    "sidecars/results.json": b'{"results": {}}',
-    # Only the top-level MANIFEST.json is left out of the digest list.
-    "sidecars/MANIFEST.json": b"a sidecar that happens to share the name",
-}
-
-
-def fill(directory: Path, files: dict[str, bytes] = FILES) -> None:
-    for name, data in files.items():
-        path = directory / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
-def publish(layout: SnapshotLayout, checkpoint_id: str, created_at: float) -> Path:
-    temporary = layout.new_temporary(checkpoint_id)
-    fill(temporary)
-    manifest = build_snapshot_manifest(
-        temporary,
-        checkpoint_id=checkpoint_id,
-        created_at=created_at,
-        metrics={"snapshot_bytes": 42.0},
-    )
-    return layout.publish(temporary, manifest)
-
-
-def rewrite_manifest(directory: Path, **changes: object) -> None:
-    path = directory / MANIFEST_NAME
-    document = json.loads(path.read_bytes())
-    document.update(changes)
-    path.write_text(json.dumps(document))
-
-
-def flip_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x20
-    path.write_bytes(bytes(data))
+from helpers.snapshot_files import FILES, fill, publish
 
 
 @pytest.fixture
@@ -98,25 +55,24 @@ def test_publish_writes_the_manifest_then_renames_the_directory_into_place(
     assert final == layout.snapshots / "ck-1"
     assert final.stat().st_ino == inode
     assert not temporary.exists()
-    assert (layout.root / LATEST_NAME).read_text() == "ck-1"
     document = json.loads((final / MANIFEST_NAME).read_bytes())
-    assert document == {
-        "schema_version": SCHEMA_VERSION,
-        "kind": MANIFEST_KIND,
-        "checkpoint_id": "ck-1",
-        "created_at": 100.0,
-        "files": {
-            name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-            for name, data in sorted(FILES.items())
-        },
-        "metrics": {"snapshot_bytes": 42.0},
-    }
+    assert document["kind"] == MANIFEST_KIND and document["schema_version"] == SCHEMA_VERSION
+    assert document["checkpoint_id"] == "ck-1" and document["created_at"] == 100.0
 
 
-def test_a_failed_rename_publishes_nothing_and_keeps_latest(
+def test_no_latest_pointer_is_written(layout: SnapshotLayout) -> None:
+    """The newest snapshot comes from listing verified manifests; no LATEST file goes stale."""
+    assert layout.newest() is None
+    publish(layout, "ck-1", 1.0)
+    publish(layout, "ck-2", 2.0)
+    assert layout.newest() == "ck-2"
+    assert not (layout.root / "LATEST").exists()
+
+
+def test_a_failed_rename_publishes_nothing(
     layout: SnapshotLayout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """If the rename fails the snapshot stays unpublished debris and LATEST is unchanged."""
+    """If the rename fails the snapshot stays unpublished debris; the newest is unchanged."""
     publish(layout, "ck-1", 1.0)
     temporary = layout.new_temporary("ck-2")
     fill(temporary)
@@ -130,20 +86,9 @@ def test_a_failed_rename_publishes_nothing_and_keeps_latest(
         layout.publish(temporary, manifest)
     monkeypatch.undo()
     assert [path.name for path in layout.published()] == ["ck-1"]
-    assert layout.latest() == "ck-1"
+    assert layout.newest() == "ck-1"
     assert layout.clean_debris() == 1
     assert not temporary.exists()
-
-
-def test_latest_names_the_newest_published_snapshot(layout: SnapshotLayout) -> None:
-    """LATEST is absent before the first publish and then names the last one published."""
-    assert layout.latest() is None
-    publish(layout, "ck-1", 1.0)
-    assert layout.latest() == "ck-1"
-    publish(layout, "ck-2", 2.0)
-    assert layout.latest() == "ck-2"
-    (layout.root / LATEST_NAME).write_text("")
-    assert layout.latest() is None
 
 
 def test_published_lists_newest_first_by_manifest_time_then_name(layout: SnapshotLayout) -> None:
@@ -157,6 +102,7 @@ def test_published_lists_newest_first_by_manifest_time_then_name(layout: Snapsho
     (layout.snapshots / "garbage" / MANIFEST_NAME).write_text("{not json")
     os.utime(layout.snapshots / "no-manifest", (50.0, 50.0))
     os.utime(layout.snapshots / "garbage", (15.0, 15.0))
+    (layout.snapshots / ".probe-left-behind").mkdir()
     assert [path.name for path in layout.published()] == [
         "no-manifest",
         "y",
@@ -168,8 +114,19 @@ def test_published_lists_newest_first_by_manifest_time_then_name(layout: Snapsho
     ]
 
 
+def test_an_edited_created_at_does_not_reorder_the_candidates(layout: SnapshotLayout) -> None:
+    """A manifest whose created_at was edited fails its own checksum: ordered by mtime, refused."""
+    publish(layout, "ck-old", 1.0)
+    newer = publish(layout, "ck-new", 2.0)
+    path = layout.snapshots / "ck-old" / MANIFEST_NAME
+    path.write_text(path.read_text().replace('"created_at": 1.0', '"created_at": 9.0'))
+    os.utime(layout.snapshots / "ck-old", (0.5, 0.5))
+    assert [p.name for p in layout.published()] == ["ck-new", "ck-old"]
+    verify_snapshot(newer)
+
+
 def test_prune_keeps_the_newest_k(layout: SnapshotLayout) -> None:
-    """prune deletes all but the newest K and returns what it deleted; K < 1 keeps one."""
+    """prune removes all but the newest K and returns them; K < 1 keeps one; the trash empties."""
     for index in range(4):
         publish(layout, f"ck-{index}", float(index))
     assert layout.prune(2) == ["ck-1", "ck-0"]
@@ -177,19 +134,54 @@ def test_prune_keeps_the_newest_k(layout: SnapshotLayout) -> None:
     assert layout.prune(5) == []
     assert layout.prune(0) == ["ck-2"]
     assert [path.name for path in layout.published()] == ["ck-3"]
-    assert layout.latest() == "ck-3"
+    assert list(layout.trash.iterdir()) == []
+
+
+def test_a_crash_mid_prune_never_leaves_half_a_snapshot_among_the_published(
+    layout: SnapshotLayout,
+) -> None:
+    """The pruned snapshot leaves snapshots/ by a rename before any delete; a restart clears it."""
+    for index in range(3):
+        publish(layout, f"ck-{index}", float(index))
+    crashpoints.install(crashpoints.raise_at("prune.in_trash"))
+    try:
+        with pytest.raises(SimulatedCrash):
+            layout.prune(2)
+    finally:
+        crashpoints.install(None)
+    assert [path.name for path in layout.published()] == ["ck-2", "ck-1"]
+    for path in layout.published():
+        verify_snapshot(path)
+    assert [path.name for path in layout.trash.iterdir()] == ["ck-0"]
+    assert layout.clean_debris() == 1
+    assert list(layout.trash.iterdir()) == []
+
+
+def test_quarantine_moves_a_refused_snapshot_aside_with_its_reason(layout: SnapshotLayout) -> None:
+    """A refused snapshot leaves the published ones (no keep-K slot) and keeps its files."""
+    publish(layout, "ck-1", 1.0)
+    bad = publish(layout, "ck-2", 2.0)
+    moved = layout.quarantine(bad, "ledger.json: checksum mismatch")
+    assert [path.name for path in layout.published()] == ["ck-1"]
+    assert moved == layout.refused / "ck-2"
+    assert (moved / "ledger.json").read_bytes() == FILES["ledger.json"]
+    assert (layout.refused / "ck-2.reason.txt").read_text() == "ledger.json: checksum mismatch\n"
 
 
 def test_clean_debris_removes_every_unpublished_leftover(layout: SnapshotLayout) -> None:
-    """Everything under .tmp goes (directories and stray files); published snapshots stay."""
+    """Everything under .tmp and .trash goes, and probe leftovers; published snapshots stay."""
     assert layout.clean_debris() == 0
     publish(layout, "ck-1", 1.0)
     for name in ("ck-2", "ck-3"):
         fill(layout.new_temporary(name))
     (layout.temporary / ".ledger.json.tmp-1234").write_bytes(b"half a file")
-    assert layout.clean_debris() == 3
-    assert list(layout.temporary.iterdir()) == []
+    layout.trash.mkdir()
+    shutil.copytree(layout.snapshots / "ck-1", layout.trash / "ck-0")
+    (layout.snapshots / ".probe-abc").mkdir()
+    assert layout.clean_debris() == 5
+    assert list(layout.temporary.iterdir()) == [] and list(layout.trash.iterdir()) == []
     assert [path.name for path in layout.published()] == ["ck-1"]
+    assert [path.name for path in layout.snapshots.iterdir()] == ["ck-1"]
     verify_snapshot(layout.snapshots / "ck-1")
 
 
@@ -201,57 +193,3 @@ def test_new_temporary_refuses_unsafe_or_reused_ids(layout: SnapshotLayout) -> N
     layout.new_temporary("ck-1")
     with pytest.raises(FileExistsError):
         layout.new_temporary("ck-1")
-
-
-def test_verify_returns_the_published_manifest(layout: SnapshotLayout) -> None:
-    """An untouched snapshot verifies and yields its identity, time, digests and metrics."""
-    final = publish(layout, "ck-1", 12.5)
-    manifest = verify_snapshot(final)
-    assert manifest.checkpoint_id == "ck-1" and manifest.created_at == 12.5
-    assert manifest.metrics == {"snapshot_bytes": 42.0}
-    assert set(manifest.files) == set(FILES)
-    assert manifest.files[RECORDS] == (
-        hashlib.sha256(FILES[RECORDS]).hexdigest(),
-        len(FILES[RECORDS]),
-    )
-
-
-def _move(final: Path) -> Path:
-    other = final.with_name("ck-other")
-    final.rename(other)
-    return other
-
-
-Damage = Callable[[Path], object]
-REFUSALS: dict[str, tuple[Damage, str]] = {
-    "no-manifest": (lambda d: (d / MANIFEST_NAME).unlink(), "unpublished"),
-    "unreadable-manifest": (
-        lambda d: (d / MANIFEST_NAME).write_text("{truncated"),
-        "unreadable",
-    ),
-    "foreign-kind": (lambda d: rewrite_manifest(d, kind="someone.else"), "foreign"),
-    "other-schema": (lambda d: rewrite_manifest(d, schema_version=2), "schema_version"),
-    "names-another-directory": (lambda d: rewrite_manifest(d, checkpoint_id="ck-9"), "ck-9"),
-    "moved-directory": (_move, "directory is ck-other"),
-    "no-file-list": (lambda d: rewrite_manifest(d, files=None), "invalid"),
-    "ledger-byte": (lambda d: flip_byte(d / "ledger.json"), "ledger.json"),
-    "dataplane-byte": (lambda d: flip_byte(d / "dataplane.sqlite"), "dataplane.sqlite"),
-    "records-byte": (lambda d: flip_byte(d / RECORDS), "records-0123abcd"),
-    "nested-manifest-byte": (lambda d: flip_byte(d / "sidecars" / MANIFEST_NAME), "sidecars"),
-    "missing-file": (lambda d: (d / RECORDS).unlink(), "missing=['gym-instances"),
-    "extra-file": (lambda d: (d / "sidecars" / "extra.bin").write_bytes(b"x"), "unlisted="),
-    "same-size-rewrite": (
-        lambda d: (d / "ledger.json").write_bytes(b"x" * len(FILES["ledger.json"])),
-        "checksum mismatch",
-    ),
-}
-
-
-@pytest.mark.parametrize("damage", sorted(REFUSALS))
-def test_verify_refuses_any_damage(layout: SnapshotLayout, damage: str) -> None:
-    """A snapshot must look exactly as published, else CorruptCheckpoint."""
-    final = publish(layout, "ck-1", 1.0)
-    change, reason = REFUSALS[damage]
-    moved = change(final)
-    with pytest.raises(CorruptCheckpoint, match=reason.replace("[", r"\[")):
-        verify_snapshot(moved if isinstance(moved, Path) else final)

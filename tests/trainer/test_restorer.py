@@ -3,7 +3,9 @@
 A module fixture runs one incarnation of the job with rollouts mid-flight,
 takes two snapshots (``older``, then ``newer``, which also holds an orphan
 staging row) and crashes it. Each test restores a copy of that directory into
-fresh simulated Gym processes.
+fresh simulated Gym processes. The corruption tests damage one file of the
+newest snapshot each, some at the byte level, others at the content level
+with every digest recomputed, and the previous snapshot must be used.
 """
 
 from __future__ import annotations
@@ -17,22 +19,26 @@ from pathlib import Path
 
 import pytest
 
+from envckpt import crashpoints
 from envckpt.errors import IncompatibleCheckpoint
 from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
 from envckpt.facade.manifest import GymSnapshotManifest, read_manifest
 from envckpt.interfaces import NoEnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.layout import (
-    MANIFEST_NAME,
-    build_snapshot_manifest,
-    verify_snapshot,
-    write_snapshot_manifest,
+from envckpt.trainer.dataplane import SqliteDataPlane
+from envckpt.trainer.job_errors import (
+    RestoreFailed,
+    SnapshotRefusedByEnvironment,
+    SnapshotRootLocked,
 )
-from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger, RestoreMismatch
-from envckpt.trainer.restorer import Restorer, RestoreReport
+from envckpt.trainer.ledger import LedgerStatus
+from envckpt.trainer.restorer import CHOSEN, REFUSED, Considered, Restorer, RestoreReport
 from envckpt.trainer.results import RESULTS_SIDECAR
+from envckpt.trainer.snapshot_manifest import MANIFEST_NAME, verify_snapshot
 from envckpt.trainer.snapshotter import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
 
+from helpers.root_holder import held_by_another_process
+from helpers.snapshot_corruption import CONTENT_CORRUPTIONS, ENVIRONMENT_REFUSED, records_file
 from helpers.snapshot_rig import TURNS, Rig, mid_flight, running, wait_until
 
 ORPHAN = "orphan/t0"
@@ -193,19 +199,15 @@ def _flip_byte(path: Path, offset: int | None = None) -> None:
     path.write_bytes(bytes(data))
 
 
-def _records_file(snapshot: Path) -> Path:
-    return next(snapshot.glob("gym-instances/*/replica-0/gym/agent/*/records-*.jsonl"))
-
-
 CORRUPTIONS: dict[str, Callable[[Path], object]] = {
     "ledger-byte": lambda s: _flip_byte(s / LEDGER_NAME),
     "dataplane-byte": lambda s: _flip_byte(s / DATA_PLANE_NAME),
-    "records-byte": lambda s: _flip_byte(_records_file(s)),
+    "records-byte": lambda s: _flip_byte(records_file(s)),
     "gym-manifest-byte": lambda s: _flip_byte(s / GYM_MANIFEST),
     "sidecar-byte": lambda s: _flip_byte(s / SIDECAR_DIR / RESULTS_SIDECAR),
     "manifest-deleted": lambda s: (s / MANIFEST_NAME).unlink(),
     "ledger-truncated": lambda s: os.truncate(s / LEDGER_NAME, 40),
-    "records-deleted": lambda s: _records_file(s).unlink(),
+    "records-deleted": lambda s: records_file(s).unlink(),
     "extra-file": lambda s: (s / "stray.txt").write_text("left behind"),
 }
 
@@ -218,26 +220,10 @@ async def test_a_corrupt_newest_snapshot_is_refused_whole_and_the_previous_one_u
     CORRUPTIONS[corrupt](snapshot_dir(run_dir, template.newer))
     rig, report = await restore(run_dir)
     try:
-        older = template.older
-        assert report.path == snapshot_dir(run_dir, older)
+        assert_older_restored(rig, report, template)
         if corrupt != "manifest-deleted":  # see test_a_snapshot_without_its_manifest_is_reported
             assert [name for name, _ in report.refused] == [template.newer.checkpoint_id]
             assert report.refused[0][1]
-        plan = report.plan
-        assert plan is not None
-        assert {(e.instance_id, e.rollout_id, e.attempt) for e in plan.continued} == continued_from(
-            older.manifest
-        )
-        # Nothing of the refused snapshot reached the environment or the data plane.
-        for instance_id, gym in rig.gyms.items():
-            turns = {key: len(state["turns"]) for key, state in gym.agent.sessions().items()}
-            assert turns == {
-                e.episode.capture_key: older.held[e.rollout_id]
-                for e in plan.continued
-                if e.instance_id == instance_id
-            }
-        keys = report.data_plane.keys()
-        assert ORPHAN not in keys
     finally:
         rig.plane.close()
 
@@ -288,45 +274,6 @@ async def test_unpublished_leftovers_are_removed(template: Template, run_dir: Pa
         rig.plane.close()
 
 
-async def test_an_error_inside_the_restore_drops_what_the_environment_restored(
-    template: Template, run_dir: Path
-) -> None:
-    """A ledger that disagrees with the environment raises; every restored attempt is retired."""
-    snapshot = snapshot_dir(run_dir, template.newer)
-    published = verify_snapshot(snapshot)
-    ledger = RecoveryLedger.load(snapshot / LEDGER_NAME)
-    moved = sorted(template.newer.held)[0]
-    barrier = DataPlaneBarrier()
-    async with barrier.mutation() as cut:
-        # The trainer re-minted this rollout after the environment captured it.
-        ledger.fail(cut, moved)
-        ledger.mint_next_attempt(cut, moved)
-    ledger.save(snapshot / LEDGER_NAME)
-    # Re-seal the directory so it verifies: only the restore itself can notice.
-    write_snapshot_manifest(
-        snapshot,
-        build_snapshot_manifest(
-            snapshot,
-            checkpoint_id=published.checkpoint_id,
-            created_at=published.created_at,
-            metrics=published.metrics,
-        ),
-    )
-    rig = Rig(run_dir)
-    restorer = Restorer(rig.snapshot_root, env_checkpoint=rig.facade, barrier=rig.barrier)
-    with pytest.raises(RestoreMismatch) as caught:
-        await restorer.restore(data_plane_path=rig.live_path)
-    assert any(moved in problem for problem in caught.value.mismatches)
-    for instance_id, record in template.newer.manifest.instances.items():
-        gym = rig.gyms[instance_id]
-        assert gym.agent.sessions() == {} and gym.model.staging_ledger() == {}
-        assert gym.tool.sessions() == {}
-        for episode in record.episodes:
-            for core in gym.cores.values():
-                assert core.fence.mark(episode.rollout_id) == episode.attempt + 1
-        assert {core.phase for core in gym.cores.values()} == {"idle"}
-
-
 async def test_a_backend_without_rollout_state_refuses_a_snapshot_that_holds_some(
     template: Template, run_dir: Path
 ) -> None:
@@ -334,5 +281,145 @@ async def test_a_backend_without_rollout_state_refuses_a_snapshot_that_holds_som
     restorer = Restorer(
         run_dir / "snap", env_checkpoint=NoEnvironmentCheckpoint(), barrier=DataPlaneBarrier()
     )
-    with pytest.raises(IncompatibleCheckpoint):
+    with pytest.raises(RestoreFailed) as caught:
         await restorer.restore(data_plane_path=run_dir / "live.sqlite")
+    assert isinstance(caught.value.__cause__, IncompatibleCheckpoint)
+    assert caught.value.snapshot == template.newer.checkpoint_id
+    assert "same instances" in caught.value.action
+    # Not the snapshot's fault: it stays published for the right deployment.
+    assert snapshot_dir(run_dir, template.newer).is_dir()
+
+
+def assert_older_restored(rig: Rig, report: RestoreReport, template: Template) -> None:
+    """The older snapshot was restored, and nothing of the newer one reached Gym or the rows."""
+    older = template.older
+    assert report.path is not None and report.path.name == older.checkpoint_id
+    plan = report.plan
+    assert plan is not None
+    assert {(e.instance_id, e.rollout_id, e.attempt) for e in plan.continued} == continued_from(
+        older.manifest
+    )
+    for instance_id, gym in rig.gyms.items():
+        turns = {key: len(state["turns"]) for key, state in gym.agent.sessions().items()}
+        assert turns == {
+            e.episode.capture_key: older.held[e.rollout_id]
+            for e in plan.continued
+            if e.instance_id == instance_id
+        }
+    keys = report.data_plane.keys()
+    assert ORPHAN not in keys
+
+
+TRAINER_SIDE = sorted(set(CONTENT_CORRUPTIONS) - ENVIRONMENT_REFUSED)
+
+
+@pytest.mark.parametrize("corruption", TRAINER_SIDE)
+async def test_content_corruption_with_recomputed_digests_falls_back_to_the_previous_snapshot(
+    template: Template, run_dir: Path, corruption: str
+) -> None:
+    """Wrong content that every digest vouches for is refused before Gym hears of it."""
+    newer = snapshot_dir(run_dir, template.newer)
+    CONTENT_CORRUPTIONS[corruption][1](newer)
+    if corruption != "manifest-names-another-snapshot":
+        verify_snapshot(newer)  # the digests all agree: only the content is wrong
+    rig, report = await restore(run_dir)
+    try:
+        assert_older_restored(rig, report, template)
+        assert report.considered == [
+            Considered(template.newer.checkpoint_id, REFUSED, report.considered[0].reason),
+            Considered(template.older.checkpoint_id, CHOSEN),
+        ]
+        assert report.considered[0].reason
+        # Moved aside: it holds no keep-K slot and is never tried again.
+        assert not newer.exists()
+        refused = run_dir / "snap" / "refused"
+        assert (refused / template.newer.checkpoint_id).is_dir()
+        reason = (refused / f"{template.newer.checkpoint_id}.reason.txt").read_text()
+        assert reason.strip() == report.considered[0].reason
+    finally:
+        rig.plane.close()
+
+
+async def test_records_gym_refuses_are_quarantined_and_the_next_start_uses_the_previous(
+    template: Template, run_dir: Path
+) -> None:
+    """Gym's refusal is abandoned and reported with the next step; the next start lands."""
+    newer = snapshot_dir(run_dir, template.newer)
+    CONTENT_CORRUPTIONS["records-hold-a-state-gym-refuses"][1](newer)
+    verify_snapshot(newer)
+    first = Rig(run_dir)
+    with pytest.raises(SnapshotRefusedByEnvironment) as caught:
+        await first.restore()
+    error = caught.value
+    assert error.snapshot == template.newer.checkpoint_id
+    assert "CorruptCheckpoint" in error.reason and "restart the Gym servers" in error.action
+    # Whatever Gym restored was dropped: no session, every participant open again.
+    for gym in first.gyms.values():
+        assert gym.agent.sessions() == {} and gym.tool.sessions() == {}
+        assert {core.phase for core in gym.cores.values()} == {"idle"}
+    assert not newer.exists()
+    second, report = await restore(run_dir)
+    try:
+        assert_older_restored(second, report, template)
+        assert report.considered == [Considered(template.older.checkpoint_id, CHOSEN)]
+    finally:
+        second.plane.close()
+
+
+async def test_an_error_inside_the_environment_restore_drops_what_it_restored(
+    template: Template, run_dir: Path
+) -> None:
+    """A failure after Gym restored makes every instance retire the restored attempts."""
+
+    def fail(point: str) -> None:
+        if point == "restore.environment_restored":
+            raise RuntimeError("the trainer failed mid-restore")
+
+    crashpoints.install(fail)
+    rig = Rig(run_dir)
+    try:
+        with pytest.raises(RestoreFailed) as caught:
+            await rig.restore()
+    finally:
+        crashpoints.install(None)
+    assert "the trainer failed mid-restore" in caught.value.reason
+    assert "snapshot was kept" in caught.value.action
+    assert snapshot_dir(run_dir, template.newer).is_dir()
+    for instance_id, record in template.newer.manifest.instances.items():
+        gym = rig.gyms[instance_id]
+        assert gym.agent.sessions() == {} and gym.model.staging_ledger() == {}
+        for episode in record.episodes:
+            for core in gym.cores.values():
+                assert core.fence.mark(episode.rollout_id) == episode.attempt + 1
+        assert {core.phase for core in gym.cores.values()} == {"idle"}
+
+
+async def test_a_fresh_start_discards_what_a_crashed_run_left_in_the_live_data_plane(
+    tmp_path: Path,
+) -> None:
+    """With no snapshot, rows a dead run wrote to the live file are not carried over."""
+    live = tmp_path / "live.sqlite"
+    async with DataPlaneBarrier().mutation() as cut:
+        with SqliteDataPlane(live) as plane:
+            plane.put(cut, "stale/t0", "stale", b"written before a crash")
+    restorer = Restorer(
+        tmp_path / "snap", env_checkpoint=NoEnvironmentCheckpoint(), barrier=DataPlaneBarrier()
+    )
+    report = await restorer.restore(data_plane_path=live)
+    with report.data_plane as plane:
+        assert plane.keys() == frozenset()
+
+
+async def test_the_root_lock_is_taken_before_debris_is_cleaned(
+    template: Template, run_dir: Path
+) -> None:
+    """A second trainer is refused with the holder named, and the first one's .tmp survives."""
+    root = run_dir / "snap"
+    in_flight = root / ".tmp" / "rollouts-in-flight"
+    in_flight.mkdir(parents=True)
+    with held_by_another_process(root) as holder_pid:
+        rig = Rig(run_dir)
+        with pytest.raises(SnapshotRootLocked) as caught:
+            await rig.restore()
+    assert caught.value.pid == holder_pid and caught.value.host and caught.value.since
+    assert in_flight.is_dir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,8 @@ import pytest
 
 from envckpt.errors import CorruptCheckpoint
 from envckpt.trainer.barrier import CutExpired, DataPlaneBarrier
-from envckpt.trainer.results import ResultStore
+from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.results import ResultStore, read_results_sidecar
 
 
 async def test_record_keeps_one_result_per_rollout() -> None:
@@ -71,12 +73,13 @@ async def _saved() -> bytes:
 @pytest.mark.parametrize(
     "tamper",
     [
-        lambda doc: doc["body"]["results"].update({"r2": {}}),
-        lambda doc: doc["body"].update({"kind": "other"}),
+        lambda doc: doc["results"].update({"r2": {}}),
+        lambda doc: doc.update({"kind": "other"}),
         lambda doc: doc.pop("sha256"),
-        lambda doc: doc["body"].update({"results": []}),
+        lambda doc: doc.update({"results": []}),
+        lambda doc: doc.update({"schema_version": 2}),
     ],
-    ids=["edited", "foreign-kind", "no-checksum", "not-a-mapping"],
+    ids=["edited", "foreign-kind", "no-checksum", "not-a-mapping", "future-schema"],
 )
 async def test_a_damaged_sidecar_is_refused(tamper: Callable[[dict[str, Any]], object]) -> None:
     """Edited, foreign or malformed sidecars raise CorruptCheckpoint."""
@@ -92,3 +95,43 @@ def test_unreadable_sidecar_bytes_are_refused(data: bytes) -> None:
     with pytest.raises(CorruptCheckpoint) as caught:
         ResultStore.from_bytes(data, path="/snap/sidecars/results.json")
     assert caught.value.path == "/snap/sidecars/results.json"
+
+
+async def _ledger_with(statuses: dict[str, str]) -> RecoveryLedger:
+    ledger = RecoveryLedger()
+    async with DataPlaneBarrier().mutation() as cut:
+        for rollout_id, status in statuses.items():
+            ledger.reserve(cut, rollout_id, "shard/replica-0")
+            if status in ("dispatched", "sealed"):
+                ledger.dispatch(cut, rollout_id)
+            if status == "sealed":
+                ledger.seal(cut, rollout_id)
+    return ledger
+
+
+async def _results_bytes(results: dict[str, dict[str, Any]]) -> bytes:
+    async with DataPlaneBarrier().checkpoint() as cut:
+        return ResultStore(results).to_bytes(cut)
+
+
+async def test_the_sidecar_reader_accepts_results_that_match_the_ledger() -> None:
+    """Sealed rollouts with results, and results of forgotten rollouts, pass."""
+    ledger = await _ledger_with({"r1": "sealed", "r2": "dispatched"})
+    data = await _results_bytes({"r1": {"total": 1}, "r0": {"total": 0}})
+    store = read_results_sidecar(data, path="results.json", ledger=ledger)
+    assert sorted(rid for rid, _ in store.items()) == ["r0", "r1"]
+
+
+@pytest.mark.parametrize(
+    ("results", "problem"),
+    [({}, "sealed without a result ['r1']"), ({"r1": {}, "r2": {}}, "unfinished rollout ['r2']")],
+    ids=["sealed-without-result", "result-for-unfinished"],
+)
+async def test_the_sidecar_reader_refuses_results_that_disagree_with_the_ledger(
+    results: dict[str, dict[str, Any]], problem: str
+) -> None:
+    """A sealed rollout without a result, or a result of an unfinished one, is corrupt."""
+    ledger = await _ledger_with({"r1": "sealed", "r2": "dispatched"})
+    data = await _results_bytes(results)
+    with pytest.raises(CorruptCheckpoint, match=re.escape(problem)):
+        read_results_sidecar(data, path="results.json", ledger=ledger)

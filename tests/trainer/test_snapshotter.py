@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import GymCheckpointUnavailable
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
@@ -23,9 +25,9 @@ from envckpt.sim.gym import (
 )
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
-from envckpt.trainer.layout import verify_snapshot
 from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger
 from envckpt.trainer.results import RESULTS_SIDECAR
+from envckpt.trainer.snapshot_manifest import verify_snapshot
 from envckpt.trainer.snapshotter import (
     DATA_PLANE_NAME,
     LEDGER_NAME,
@@ -59,7 +61,7 @@ async def test_a_snapshot_publishes_a_verified_directory_with_every_part(rig: Ri
         await job_task
     manifest = verify_snapshot(result.path)
     assert result.path == rig.snapshot_root / "snapshots" / result.checkpoint_id
-    assert rig.layout.latest() == result.checkpoint_id
+    assert rig.layout.newest() == result.checkpoint_id
     assert manifest.checkpoint_id == result.checkpoint_id
     files = set(manifest.files)
     assert {GYM_MANIFEST, DATA_PLANE_NAME, LEDGER_NAME, f"{SIDECAR_DIR}/{RESULTS_SIDECAR}"} <= files
@@ -104,7 +106,7 @@ async def test_dispatch_is_closed_and_the_environment_paused_inside_the_snapshot
             assert not gate.is_open
             waiter = asyncio.create_task(gate.wait_open())
             assert rig.phases() == {"committed"}
-            assert result.path.is_dir() and rig.layout.latest() == result.checkpoint_id
+            assert result.path.is_dir() and rig.layout.newest() == result.checkpoint_id
             assert "snapshot_paused_seconds" not in result.metrics
             held = rig.turns_held()
             await asyncio.sleep(0.05)
@@ -220,10 +222,10 @@ async def sidecar_fails(rig: Rig) -> AsyncIterator[None]:
     ],
     ids=["commit-fault", "not-ready", "cut-check-refuses", "trainer-save-fails"],
 )
-async def test_a_failure_before_publish_publishes_nothing_and_keeps_latest(
+async def test_a_failure_before_publish_publishes_nothing_and_is_logged_once(
     rig: Rig, inject: Callable[[Rig], contextlib.AbstractAsyncContextManager[None]], retryable: bool
 ) -> None:
-    """A failed snapshot leaves no temporary dir, keeps LATEST, counts failures, reopens all."""
+    """A failed snapshot leaves no temporary dir, one snapshot_failed event, counts, reopens all."""
     first = await rig.snapshotter.take()
     async with inject(rig):
         for count in (1, 2):
@@ -233,15 +235,18 @@ async def test_a_failure_before_publish_publishes_nothing_and_keeps_latest(
             assert rig.snapshotter.consecutive_failures == count
             assert list(rig.layout.temporary.iterdir()) == []
             assert [p.name for p in rig.layout.published()] == [first.checkpoint_id]
-            assert rig.layout.latest() == first.checkpoint_id
+            assert rig.layout.newest() == first.checkpoint_id
             assert rig.snapshotter.dispatch.is_open
             assert rig.phases() == {"idle"}
-            failed = [e for e in logs if e["event"] == "snapshot failed; nothing published"]
+            failed = [e for e in logs if e["event"] == "snapshot_failed"]
             assert len(failed) == 1 and failed[0]["retryable"] is retryable
             assert failed[0]["consecutive_failures"] == count
+            assert failed[0]["failures_total"] == count
+            assert failed[0]["reason"] == f"{type(caught.value).__name__}: {caught.value}"
+            assert rig.snapshotter.last_failure == failed[0]["reason"]
     second = await rig.snapshotter.take()
     assert rig.snapshotter.consecutive_failures == 0
-    assert rig.layout.latest() == second.checkpoint_id
+    assert rig.layout.newest() == second.checkpoint_id
     assert rig.snapshotter.history == [first, second]
 
 
@@ -250,7 +255,7 @@ async def test_a_failure_inside_the_context_after_publish_keeps_the_snapshot(rig
     with pytest.raises(KeyError):
         async with rig.snapshotter.snapshot() as result:
             raise KeyError("trainer failed while paused")
-    assert rig.layout.latest() == result.checkpoint_id
+    assert rig.layout.newest() == result.checkpoint_id
     verify_snapshot(result.path)
     assert rig.snapshotter.dispatch.is_open and rig.phases() == {"idle"}
     assert rig.snapshotter.consecutive_failures == 0
@@ -273,7 +278,7 @@ async def test_sidecars_are_written_under_the_live_checkpoint_cut(rig: Rig) -> N
 
 
 async def test_keep_latest_k_prunes_older_snapshots(tmp_path: Path) -> None:
-    """Only the newest keep_latest_k snapshots stay; LATEST names the newest."""
+    """Only the newest keep_latest_k snapshots stay; the pruned ones went through the trash."""
     rig = Rig(tmp_path, keep_latest_k=2).fresh()
     try:
         taken = [await rig.snapshotter.take() for _ in range(3)]
@@ -282,7 +287,8 @@ async def test_keep_latest_k_prunes_older_snapshots(tmp_path: Path) -> None:
             taken[1].checkpoint_id,
         ]
         assert not taken[0].path.exists()
-        assert rig.layout.latest() == taken[2].checkpoint_id
+        assert rig.layout.newest() == taken[2].checkpoint_id
+        assert list(rig.layout.trash.iterdir()) == []
     finally:
         rig.plane.close()
     with pytest.raises(ValueError):
@@ -309,16 +315,19 @@ async def test_back_to_back_snapshots_warn_about_a_mostly_paused_environment(rig
     )
     warning = "the environment spent longer paused than running since the last snapshot"
     with capture_logs() as first_logs:
-        await snapshotter.take()
+        await snapshotter.take(reason="timer")
     assert not [e for e in first_logs if e["event"] == warning]
+    with capture_logs() as requested:
+        await snapshotter.take()  # asked for (SIGUSR1, preemption): no timer to blame
+    assert not [e for e in requested if e["event"] == warning]
     with capture_logs() as back_to_back:
-        await snapshotter.take()
+        await snapshotter.take(reason="timer")
     warned = [e for e in back_to_back if e["event"] == warning]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning"
     assert warned[0]["paused_seconds"] >= warned[0]["running_seconds"]
     clock.offset += 1000.0  # the environment ran for a long time
     with capture_logs() as after_a_run:
-        await snapshotter.take()
+        await snapshotter.take(reason="timer")
     assert not [e for e in after_a_run if e["event"] == warning]
 
 
@@ -374,35 +383,91 @@ class SlowResume:
         await self.inner.resume(checkpoint_id, deadline_ts=deadline_ts)
 
 
-async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_running(
-    rig: Rig,
-) -> None:
-    """Cancelling a snapshot during its resume (as RolloutJob.run does at its end) resumes Gym."""
-    started = asyncio.Event()
+def snapshotter_over(rig: Rig, wrap: Callable[[LocalInstance], Any]) -> RolloutSnapshotter:
+    """A snapshotter of the rig's trainer state over its Gym instances, each client wrapped."""
     facade = GymEnvironmentCheckpoint(
         [
-            SlowResume(
-                LocalInstance(
-                    GymCheckpointAdapter(instance=instance, coordination=gym.coordinator)
-                ),
-                started,
+            wrap(
+                LocalInstance(GymCheckpointAdapter(instance=instance, coordination=gym.coordinator))
             )
             for instance, gym in zip(rig.instances, rig.gyms.values(), strict=True)
         ],
         rig.ledger,
     )
-    snapshotter = RolloutSnapshotter(
+    return RolloutSnapshotter(
         rig.snapshot_root,
         env_checkpoint=facade,
         barrier=rig.barrier,
         ledger=rig.ledger,
         data_plane=rig.plane,
     )
+
+
+async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_running(
+    rig: Rig,
+) -> None:
+    """Cancelling a snapshot during its resume (as RolloutJob.run does at its end) resumes Gym."""
+    started = asyncio.Event()
+    snapshotter = snapshotter_over(rig, lambda inner: SlowResume(inner, started))
     taking = asyncio.create_task(snapshotter.take())
     await started.wait()
     taking.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await taking
-    assert rig.layout.latest() is not None  # it was published before the cancel
+    assert rig.layout.newest() is not None  # it was published before the cancel
     assert rig.phases() == {"idle"}
     await snapshotter.take()
+
+
+async def test_a_temporary_directory_that_cannot_be_made_is_a_logged_failure(rig: Rig) -> None:
+    """Even the first step failing (.tmp is a file) is one snapshot_failed event, counted."""
+    rig.layout.temporary.parent.mkdir(parents=True, exist_ok=True)
+    rig.layout.temporary.write_text("not a directory")
+    with capture_logs() as logs, pytest.raises(OSError):
+        await rig.snapshotter.take()
+    failed = [e for e in logs if e["event"] == "snapshot_failed"]
+    assert len(failed) == 1 and failed[0]["phase"] == "begin"
+    assert "FileExistsError" in failed[0]["reason"] or "NotADirectoryError" in failed[0]["reason"]
+    assert rig.snapshotter.consecutive_failures == rig.snapshotter.failures_total == 1
+    assert rig.snapshotter.dispatch.is_open and rig.phases() == {"idle"}
+
+
+async def test_a_snapshot_cancelled_while_publishing_is_whole_or_absent(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation during the rename waits for it: the snapshot is published whole."""
+    renaming = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    real_publish = rig.snapshotter.layout.publish
+
+    def slow_publish(temporary: Path, manifest: Any) -> Path:
+        loop.call_soon_threadsafe(renaming.set)
+        time.sleep(0.2)
+        return real_publish(temporary, manifest)
+
+    monkeypatch.setattr(rig.snapshotter.layout, "publish", slow_publish)
+    taking = asyncio.create_task(rig.snapshotter.take())
+    await renaming.wait()
+    taking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await taking
+    published = rig.layout.published()
+    assert len(published) == 1
+    verify_snapshot(published[0])
+    assert rig.snapshotter.failures_total == 0  # published: not a failed snapshot
+    assert list(rig.layout.temporary.iterdir()) == []
+    assert rig.phases() == {"idle"} and rig.snapshotter.dispatch.is_open
+
+
+async def test_take_returns_a_published_snapshot_whose_resume_failed(rig: Rig) -> None:
+    """Resume failing after publish leaves the snapshot, records the error, counts no failure."""
+
+    class NoResume(SlowResume):
+        async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
+            raise GymCheckpointUnavailable("resume lost", operation="resume")
+
+    snapshotter = snapshotter_over(rig, lambda inner: NoResume(inner, asyncio.Event()))
+    result = await snapshotter.take()
+    assert "resume lost" in result.resume_error
+    verify_snapshot(result.path)
+    assert snapshotter.failures_total == 0 and snapshotter.history == [result]

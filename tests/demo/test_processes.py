@@ -1,0 +1,46 @@
+"""Tests for envckpt.demo.processes: the real demo, trainer and Gym servers as processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from envckpt.demo.events import EVENTS_NAME, read_events
+from envckpt.demo.scenario import DemoSettings, make_tasks
+from envckpt.demo.summary import run_pauses
+
+from helpers.demo_cli import run_main
+
+SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
+
+
+def test_the_process_demo_kills_for_real_and_passes_its_verdict(tmp_path: Path) -> None:
+    """SIGKILL mid-run, SIGKILL inside the next restore, fresh processes finish: PASS."""
+    code, text, _ = run_main([*SMALL, "--seed", "2", "--dir", str(tmp_path)])
+    assert code == 0, text
+    assert "VERDICT: PASS" in text
+    assert "SIGKILL after" in text and "SIGKILL inside the restore" in text
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["kills"] == 2 and verdict["restores"] == 1
+    assert verdict["continued_from_saved_turn"] > 0
+    exits = [e["code"] for e in read_events(tmp_path / EVENTS_NAME) if e["event"] == "exited"]
+    assert exits == [-9, -9, 0]
+    assert json.loads((tmp_path / "results.json").read_text()).keys() == {
+        task.rollout_id for task in make_tasks(DemoSettings(instances=2, rollouts=12, seed=2))
+    }
+    events = list(read_events(tmp_path / EVENTS_NAME))
+    for incarnation in (1, 2, 3):
+        assert run_pauses(events, incarnation)[1] == 0, "a snapshot paused longer than it ran"
+
+
+def test_the_process_demo_preempted_by_sigterm_redoes_no_turn(tmp_path: Path) -> None:
+    """SIGTERM: a final snapshot, exit 75, the restart continues from it, nothing recomputed."""
+    code, text, _ = run_main([*SMALL, "--preempt", "--dir", str(tmp_path)])
+    assert code == 0, text
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    assert verdict["passed"] and verdict["turns_recomputed"] == 0 and verdict["turns_saved"] > 0
+    events = list(read_events(tmp_path / EVENTS_NAME))
+    assert [e["code"] for e in events if e["event"] == "exited"] == [75, 0]
+    final = next(e for e in events if e["event"] == "final_snapshot")
+    restored = [e for e in events if e["event"] == "restored" and e["incarnation"] == 2]
+    assert final["checkpoint_id"] and restored[0]["snapshot"] == final["checkpoint_id"]

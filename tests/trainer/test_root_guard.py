@@ -1,0 +1,111 @@
+"""Tests for envckpt.trainer.root_guard: one trainer per root, and a root proven usable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envckpt.trainer.job_errors import SnapshotRootLocked, SnapshotRootUnusable
+from envckpt.trainer.layout import SnapshotLayout
+from envckpt.trainer.root_guard import RootLock, probe_root
+
+from helpers.root_holder import held_by_another_process
+
+
+def test_the_lock_names_its_holder_and_is_reentrant_within_a_process(tmp_path: Path) -> None:
+    """The lock file says pid, host and since; a second acquire here shares the hold."""
+    root = tmp_path / "root"
+    lock = RootLock.acquire(root)
+    again = RootLock.acquire(root)
+    assert again is lock
+    holder = json.loads((root / ".lock").read_text())
+    assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+    assert holder["since"]
+    again.release()
+    assert lock.held
+    lock.release()
+    assert not lock.held
+    with RootLock.acquire(root) as fresh:
+        assert fresh is not lock and fresh.held
+
+
+def test_a_second_process_is_refused_with_the_holder_named(tmp_path: Path) -> None:
+    """Another process's lock makes acquire raise SnapshotRootLocked with pid, host, since."""
+    root = tmp_path / "root"
+    with held_by_another_process(root) as pid:
+        with pytest.raises(SnapshotRootLocked) as caught:
+            RootLock.acquire(root)
+        error = caught.value
+        assert error.pid == pid and error.host == socket.gethostname() and error.since
+        assert str(pid) in str(error) and "own root" in str(error)
+    with RootLock.acquire(root) as lock:  # released when that process ended
+        assert lock.held
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    """flock dies with its process: after a SIGKILL the root is free at once."""
+    root = tmp_path / "root"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from envckpt.trainer.root_guard import RootLock\n"
+            "RootLock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)",
+            str(root),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "held"
+    with pytest.raises(SnapshotRootLocked):
+        RootLock.acquire(root)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    with RootLock.acquire(root) as lock:
+        assert lock.held
+
+
+def test_a_root_that_cannot_be_created_is_unusable(tmp_path: Path) -> None:
+    """A root below a file cannot even be created: the step is named, no traceback needed."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(SnapshotRootUnusable) as caught:
+        RootLock.acquire(blocker / "root")
+    assert caught.value.step == "create the snapshot root"
+    assert str(blocker / "root") in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("in_the_way", "step"),
+    [(".tmp", "create a directory under .tmp"), ("snapshots", "create snapshots/")],
+)
+def test_the_probe_refuses_a_root_that_cannot_publish(
+    tmp_path: Path, in_the_way: str, step: str
+) -> None:
+    """A file where a directory must be makes the probe fail at that step, leaving nothing."""
+    layout = SnapshotLayout(tmp_path / "root")
+    layout.root.mkdir()
+    (layout.root / in_the_way).write_text("not a directory")
+    with pytest.raises(SnapshotRootUnusable) as caught:
+        probe_root(layout)
+    assert caught.value.step == step and caught.value.root == str(layout.root)
+    assert "cannot hold snapshots" in str(caught.value)
+    if layout.temporary.is_dir():
+        assert list(layout.temporary.iterdir()) == []
+
+
+def test_a_usable_root_passes_the_probe_and_keeps_nothing_of_it(tmp_path: Path) -> None:
+    """The probe creates, fsyncs, renames into snapshots/ and deletes; nothing is listed after."""
+    layout = SnapshotLayout(tmp_path / "root")
+    probe_root(layout)
+    assert list(layout.snapshots.iterdir()) == []
+    assert list(layout.temporary.iterdir()) == []
+    assert layout.published() == []
