@@ -89,8 +89,6 @@ def publish(
     instance: str,
     checkpoint_id: str,
     records: list[bytes],
-    keys: list[str],
-    extras: dict[str, Any],
 ) -> dict[str, Any]:
     """Write one participant's records and manifest durably; return the manifest."""
     _make_dirs(directory)
@@ -101,9 +99,8 @@ def publish(
     _write_file(tmp, data)
     os.replace(tmp, directory / records_name)
     _fsync_dir(directory)
+    # Gym's seven manifest fields, nothing else.
     manifest = {
-        **extras,
-        "episode_ids": keys,
         "schema_version": 1,
         "kind": kind,
         "instance": instance,
@@ -169,7 +166,11 @@ def floor_app(
         extras = commit_extras(kind, keys)
 
         def write() -> dict[str, Any]:
-            records = [orjson.dumps({"capture_key": key, "state": s}) for key, s in chosen]
+            # Gym's record envelope: the episode id, then the state's own fields.
+            records = [
+                orjson.dumps({"episode_id": {"rollout_id": key, "attempt": 0}, **s})
+                for key, s in chosen
+            ]
             directory = Path(body["checkpoint_dir"]) / "gym" / kind / server_name
             return publish(
                 directory,
@@ -177,8 +178,6 @@ def floor_app(
                 instance=server_name,
                 checkpoint_id=checkpoint_id,
                 records=records,
-                keys=keys,
-                extras=extras,
             )
 
         manifest = await asyncio.to_thread(write)

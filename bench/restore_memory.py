@@ -52,6 +52,9 @@ def _reset_peak() -> bool:
     return True
 
 
+SCOPE_FILE = "scope.json"
+
+
 async def _make(checkpoint_dir: Path, size_mb: float) -> dict[str, Any]:
     from bench.envckpt_app import envckpt_core
     from bench.states import parked_states
@@ -67,6 +70,9 @@ async def _make(checkpoint_dir: Path, size_mb: float) -> dict[str, Any]:
         CHECKPOINT_ID, deadline_ts=deadline, checkpoint_dir=str(checkpoint_dir), episode_ids=scope
     )
     await core.resume(CHECKPOINT_ID, deadline_ts=deadline)
+    # The trainer knows the scope from its own manifest; the participant's
+    # manifest keeps to Gym's fields, so the bench keeps the scope beside it.
+    (checkpoint_dir / SCOPE_FILE).write_text(json.dumps(reply["episode_ids"]))
     records = checkpoint_dir / "gym" / KIND / SERVER / reply["manifest"]["records_file"]
     return {"records": len(states), "file_mb": records.stat().st_size / 1_000_000}
 
@@ -75,8 +81,8 @@ async def _restore(checkpoint_dir: Path, traced: bool) -> dict[str, Any]:
     from bench.envckpt_app import ParkedStates, envckpt_core
     from envckpt.episodes import EnvironmentEpisode
 
-    manifest = json.loads((checkpoint_dir / "gym" / KIND / SERVER / "manifest.json").read_text())
-    scope = [EnvironmentEpisode.from_capture_key(key) for key in manifest["episode_ids"]]
+    keys = json.loads((checkpoint_dir / SCOPE_FILE).read_text())
+    scope = [EnvironmentEpisode.from_capture_key(key) for key in keys]
     core = envckpt_core(server_name=SERVER, kind=KIND, states={})
     deadline = time.time() + 600
     gc.collect()
