@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from envckpt.coordination.transport import TransportFailure
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
 from envckpt.sim.data_clients import DataPlaneUnavailable
@@ -119,5 +120,6 @@ async def test_closing_closes_both_pools_even_if_the_agents_close_fails() -> Non
     gym.agent.aclose = failing_close  # type: ignore[method-assign]
     with pytest.raises(OSError, match="would not close"):
         await gym.aclose()
-    assert gym.transport._client.is_closed
+    with pytest.raises(TransportFailure, match="closed"):
+        await gym.transport.request(AGENT_SERVER, "GET", "status", None, timeout=1.0)
     assert gym.agent._client.is_closed
