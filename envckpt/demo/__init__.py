@@ -2,6 +2,7 @@
 
     envckpt demo [--instances N] [--rollouts M] [--seed S] [--kills K] [--preempt]
                  [--dir PATH [--force]] [--in-process | --ray]
+    envckpt demo --nemo-gym [--rollouts M] [--seed S] [--kills K] [--dir PATH [--force]]
 
 Prints a table of runs and restores, the work saved, and a verdict computed
 from what happened; writes ``verdict.json`` into its directory and exits
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import shutil
 import sys
 import tempfile
@@ -22,11 +24,18 @@ import structlog
 from envckpt.demo.plan import plan_interruptions
 from envckpt.demo.scenario import DemoSettings
 
+NEMO_GYM_ROLLOUTS = 10
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envckpt demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=4, help="Gym instances (default 4)")
-    parser.add_argument("--rollouts", type=int, default=40, help="multi-turn rollouts (default 40)")
+    parser.add_argument("--instances", type=int, default=None, help="Gym instances (default 4)")
+    parser.add_argument(
+        "--rollouts",
+        type=int,
+        default=None,
+        help=f"multi-turn rollouts (default 40; {NEMO_GYM_ROLLOUTS} with --nemo-gym)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of tasks and interruptions")
     parser.add_argument(
         "--kills",
@@ -59,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         help="run everything in this process; a kill drops it from memory",
     )
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
+    parser.add_argument(
+        "--nemo-gym",
+        action="store_true",
+        help="run the job over 2 real nemo-gym deployments instead (needs nemo-gym 0.7.0)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print every structured log event")
     return parser
 
@@ -91,11 +105,29 @@ def prepare_directory(directory: Path, *, force: bool) -> str | None:
     return None
 
 
+def _check_nemo_gym_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--nemo-gym runs its own 2 deployments as processes, interrupted by SIGKILL only."""
+    for flag, given in (
+        ("--instances", args.instances is not None),
+        ("--in-process", args.in_process),
+        ("--ray", args.ray),
+        ("--preempt", args.preempt),
+    ):
+        if given:
+            parser.error(f"--nemo-gym does not take {flag}")
+    if args.rollouts is not None and args.rollouts < 2:
+        parser.error("--nemo-gym needs at least 2 rollouts, one per deployment")
+    if importlib.util.find_spec("responses_api_agents") is None:
+        parser.error("--nemo-gym needs nemo-gym 0.7.0 installed (make install does it)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.in_process and args.ray:
         parser.error("--in-process and --ray exclude each other")
+    if args.nemo_gym:
+        _check_nemo_gym_args(parser, args)
     kills = args.kills if args.kills is not None else (1 if args.preempt else 2)
     if kills < 1:
         parser.error("--kills must be at least 1: the demo shows a restore")
@@ -110,15 +142,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"envckpt demo: {problem}", file=sys.stderr)
         return 2
     settings = DemoSettings(
-        instances=args.instances,
-        rollouts=args.rollouts,
+        instances=4 if args.instances is None else args.instances,
+        rollouts=40 if args.rollouts is None else args.rollouts,
         seed=args.seed,
         directory=directory,
         snapshot_every=args.snapshot_every,
     )
     plan = plan_interruptions(seed=args.seed, kills=kills, preempt=args.preempt)
     try:
-        if args.in_process:
+        if args.nemo_gym:
+            from envckpt.demo.nemo_gym import NemoGymDemo, run_nemo_gym
+
+            demo = NemoGymDemo(
+                directory=directory,
+                rollouts=NEMO_GYM_ROLLOUTS if args.rollouts is None else args.rollouts,
+                seed=args.seed,
+                snapshot_every=args.snapshot_every,
+            )
+            verdict, text = run_nemo_gym(demo, plan)
+        elif args.in_process:
             from envckpt.demo.inprocess import run_demo
 
             verdict, text = asyncio.run(run_demo(settings, plan))

@@ -148,7 +148,26 @@ def judge(settings: DemoSettings, record: RunRecord) -> Verdict:
     audit_ok, audit_detail, recomputed = audit_check(results, record.audit)
     verdict.check("tool effects applied exactly once (audit log)", audit_ok, audit_detail)
     continued = _check_continuations(verdict, record)
+    check_interruptions(verdict, record, recomputed=recomputed)
+    record_numbers(
+        verdict,
+        record,
+        continued=continued,
+        saved=turns_saved(results, record),
+        recomputed=recomputed,
+    )
+    return verdict
+
+
+def check_interruptions(verdict: Verdict, record: RunRecord, *, recomputed: int) -> None:
+    """The checks of any demo job's interruptions, restarts and end (the nemo-gym demo's too)."""
     _check_interruptions(verdict, record, recomputed=recomputed)
+
+
+def record_numbers(
+    verdict: Verdict, record: RunRecord, *, continued: int, saved: int, recomputed: int
+) -> None:
+    """``verdict.json``'s numbers: the run's from its record, the work's as counted by its judge."""
     landed = [r for r in record.restores if r.snapshot is not None]
     verdict.number("kills", len(record.strikes))
     verdict.number("restores", len(landed))
@@ -156,9 +175,8 @@ def judge(settings: DemoSettings, record: RunRecord) -> Verdict:
     verdict.number("snapshots_published", record.snapshots_published)
     verdict.number("snapshots_failed", record.snapshots_failed)
     verdict.number("continued_from_saved_turn", continued)
-    verdict.number("turns_saved", turns_saved(results, record))
+    verdict.number("turns_saved", saved)
     verdict.number("turns_recomputed", recomputed)
-    return verdict
 
 
 def _check_continuations(verdict: Verdict, record: RunRecord) -> int:

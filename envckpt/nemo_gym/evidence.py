@@ -6,6 +6,9 @@ No verdict here: a caller (a test, a demo) decides what to require::
     audit_problems(results, audit, tasks)          # each kept application logged once; increments
     token_row_problems(results, rows)              # staging keys vs data-plane rows, and lineage
     continued_from_turn(results)                   # rollouts a restore continued mid-loop
+    continuation_problems(results, restored)       # each continuation matches a restore
+    turns_saved(results)                           # loop steps restores carried over
+    lost_tool_calls(results, audit)                # tool calls redone (their process died)
 
 ``results`` and ``control`` map rollout id to the backend's summary
 (``backend.summarize``); ``audit`` is the resources servers' audit lines;
@@ -21,6 +24,8 @@ from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.nemo_gym.examples import planned_increments
+from envckpt.nemo_gym.job import CONTROL_SUFFIX
+from envckpt.nemo_gym.resources import END_ROUTES, SEED_ROUTES
 
 INCREMENT_ROUTE = "/increment_counter"
 
@@ -59,6 +64,38 @@ def continued_from_turn(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
             marker.get("phase") in ("loop", "verify", "return") and marker.get("step", 0) > 0
             for marker in (result.get("envckpt") or {}).get("continued", ())
         )
+    )
+
+
+def _markers(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((result.get("envckpt") or {}).get("continued", ()))
+
+
+def continuation_problems(
+    results: Mapping[str, Mapping[str, Any]], restored: Iterable[tuple[str, int]]
+) -> list[str]:
+    """Every continuation a result records was made by a restore (``restored``: the
+    (rollout id, attempt) pairs restores continued), at an attempt below the final one or
+    the final one itself; and a result whose final attempt a restore continued says so."""
+    pairs = set(restored)
+    problems: list[str] = []
+    for rid, result in sorted(results.items()):
+        attempt = int((result.get("envckpt") or {}).get("attempt", 0))
+        markers = [int(m.get("attempt", -1)) for m in _markers(result)]
+        strays = [a for a in markers if (rid, a) not in pairs or a > attempt]
+        if strays:
+            problems.append(f"{rid}: continued as attempt {strays[0]}, but no restore did that")
+        elif markers != sorted(set(markers)):
+            problems.append(f"{rid}: continuations out of order {markers}")
+        elif (rid, attempt) in pairs and attempt not in markers:
+            problems.append(f"{rid}: a restore continued attempt {attempt}, the result says not")
+    return problems
+
+
+def turns_saved(results: Mapping[str, Mapping[str, Any]]) -> int:
+    """Loop steps restores carried over: each continuation kept the steps done before it."""
+    return sum(
+        int(marker.get("step", 0)) for result in results.values() for marker in _markers(result)
     )
 
 
@@ -118,6 +155,19 @@ def lost_applications(
         for a in (result.get("envckpt") or {}).get("applications", ())
     }
     return [entry for entry in audit if str(entry.get("application")) not in kept]
+
+
+def lost_tool_calls(
+    results: Mapping[str, Mapping[str, Any]], audit: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Tool calls of the job (no session seed or end, no control run) that no result
+    kept: a process applied them, then died before a snapshot saved them, so they ran again."""
+    return [
+        entry
+        for entry in lost_applications(results, audit)
+        if entry.get("route") not in SEED_ROUTES | END_ROUTES
+        and not str(entry.get("rollout_id", "")).endswith(CONTROL_SUFFIX)
+    ]
 
 
 def token_row_problems(

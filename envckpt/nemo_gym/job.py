@@ -4,6 +4,7 @@
                    tasks=({"rollout_id": "c-0", "shard": "counter", "task": {...}},))
     spec.save(d / "job.json")
     python -m envckpt.nemo_gym.job --spec d/job.json --incarnation 1
+    # or, in a process of your own: await run_job(spec, incarnation=1, emit=..., on_progress=...)
 
 The process serves the trainer's token-row endpoint, launches every
 deployment (``launcher.launch``, one process per server, children of this
@@ -12,7 +13,8 @@ trainer side unchanged: ``HttpTransport.from_nemo_gym_config`` per
 deployment, ``GymCheckpointAdapter``, ``GymEnvironmentCheckpoint``,
 ``start_trainer`` (``Restorer`` first, then ``RolloutSnapshotter`` and
 ``RolloutJob``). It writes ``events.jsonl`` as it goes and ``results.json``
-at the end; with ``control_run`` it then runs every task once more,
+at the end (``on_progress`` also sees the trainer's progress events, e.g. to
+interrupt the job at a planned moment); with ``control_run`` it then runs every task once more,
 uninterrupted and without snapshots, on the same deployments
 (``control.json``), for comparing rewards. The checks live with the caller.
 """
@@ -39,7 +41,10 @@ from envckpt.nemo_gym.settings import write_token_file
 from envckpt.trainer.job import RolloutTask
 
 Emit = Callable[..., None]
+Progress = Callable[[str, Mapping[str, Any]], None]
 CONTROL_SUFFIX = ".control"
+EVENTS_NAME = "events.jsonl"
+RESTORED_EVENT = "restored"  # after the restore: snapshot, continued pairs, finished_before
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the config is a dict
@@ -178,7 +183,9 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-async def run_job(spec: JobSpec, *, incarnation: int, emit: Emit) -> dict[str, Any]:
+async def run_job(
+    spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None = None
+) -> dict[str, Any]:
     """Restore (or start fresh), finish every task, write results.json; see the module doc."""
     from fastapi import FastAPI
 
@@ -205,7 +212,9 @@ async def run_job(spec: JobSpec, *, incarnation: int, emit: Emit) -> dict[str, A
         )
         emit("launched", servers={d.shard: launched.urls for d, launched in deployments.items()})
         try:
-            return await _train(spec, deployments, rows, token=control_token, emit=emit)
+            return await _train(
+                spec, deployments, rows, token=control_token, emit=emit, on_progress=on_progress
+            )
         finally:
             await asyncio.gather(
                 *(asyncio.to_thread(d.stop) for d in deployments.values()), return_exceptions=True
@@ -250,6 +259,7 @@ async def _train(
     *,
     token: str,
     emit: Emit,
+    on_progress: Progress | None = None,
 ) -> dict[str, Any]:
     from envckpt.coordination.coordinator import Coordinator
     from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
@@ -282,12 +292,15 @@ async def _train(
             emit(
                 "snapshot",
                 checkpoint_id=result.checkpoint_id,
+                reason=fields.get("reason", ""),
                 exported=result.exported_episodes,
                 restarted=result.restarted_rollouts,
                 metrics=result.metrics,
             )
         elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED, "snapshot_failed"):
             emit(event, **fields)
+        if on_progress is not None:  # after the event is logged: it may end the process
+            on_progress(event, fields)
 
     tasks = spec.rollout_tasks()
     try:
@@ -304,11 +317,15 @@ async def _train(
             on_progress=progress,
         )
         report = started.report
+        plan = report.plan
         emit(
-            "restored",
+            RESTORED_EVENT,
             snapshot=None if report.path is None else report.path.name,
-            continued=0 if report.plan is None else len(report.plan.continued),
-            abandoned=0 if report.plan is None else len(report.plan.abandoned),
+            considered=[[c.snapshot, c.outcome, c.reason] for c in report.considered],
+            continued=[]
+            if plan is None
+            else sorted([e.rollout_id, e.attempt] for e in plan.continued),
+            abandoned=0 if plan is None else len(plan.abandoned),
             refused=report.refused,
             finished_before=len(started.results),
         )
@@ -351,15 +368,11 @@ async def run_uninterrupted(
     return dict(await asyncio.gather(*(one(task) for task in tasks)))
 
 
-def main(argv: list[str] | None = None) -> int:
+def log_to_file(spec: JobSpec, incarnation: int) -> None:
+    """This process's structured log as JSON lines in ``trainer-<incarnation>.log``."""
     import structlog
 
-    parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
-    parser.add_argument("--spec", type=Path, required=True)
-    parser.add_argument("--incarnation", type=int, required=True)
-    args = parser.parse_args(argv)
-    spec = JobSpec.load(args.spec)
-    log = (spec.directory / f"trainer-{args.incarnation}.log").open("a")
+    log = (spec.directory / f"trainer-{incarnation}.log").open("a")
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -368,7 +381,16 @@ def main(argv: list[str] | None = None) -> int:
         ],
         logger_factory=structlog.WriteLoggerFactory(file=log),
     )
-    events = EventLog(spec.directory / "events.jsonl", incarnation=args.incarnation)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    args = parser.parse_args(argv)
+    spec = JobSpec.load(args.spec)
+    log_to_file(spec, args.incarnation)
+    events = EventLog(spec.directory / EVENTS_NAME, incarnation=args.incarnation)
     try:
         asyncio.run(run_job(spec, incarnation=args.incarnation, emit=events.emit))
     finally:

@@ -161,3 +161,49 @@ def test_token_rows_catch_a_tampered_run(tamper: Any, expected: str) -> None:
     tamper(results, rows)
     problems = evidence.token_row_problems(results, rows)
     assert any(expected in p for p in problems), problems
+
+
+def continued_results() -> dict[str, Any]:
+    return {
+        "a": result(attempt=2, continued=[{"attempt": 1, "step": 2}, {"attempt": 2, "step": 3}]),
+        "b": result(attempt=1, continued=[{"attempt": 1, "phase": "seed", "step": 0}]),
+        "c": result(attempt=0),
+    }
+
+
+RESTORED = {("a", 1), ("a", 2), ("b", 1), ("x", 1)}
+
+
+def test_continuations_match_restores_and_count_the_steps_they_kept() -> None:
+    """Each continuation was a restore's; the steps they carried over add up."""
+    results = continued_results()
+    assert evidence.continuation_problems(results, RESTORED) == []
+    assert evidence.turns_saved(results) == 2 + 3 + 0
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (lambda r: r["c"]["envckpt"]["continued"].append({"attempt": 0}), "no restore did that"),
+        (lambda r: r["a"]["envckpt"]["continued"].pop(), "the result says not"),
+        (lambda r: r["a"]["envckpt"].update(attempt=1), "no restore did that"),
+        (lambda r: r["a"]["envckpt"]["continued"].reverse(), "out of order"),
+    ],
+)
+def test_continuations_catch_a_tampered_run(tamper: Any, expected: str) -> None:
+    """A continuation no restore made, or a restore's continuation the result lacks, is reported."""
+    results = continued_results()
+    tamper(results)
+    problems = evidence.continuation_problems(results, RESTORED)
+    assert any(expected in p for p in problems), problems
+
+
+def test_lost_tool_calls_leave_out_session_setup_end_and_the_control_run() -> None:
+    """Only tool calls of the job's own rollouts that no result kept count as redone."""
+    results, audit = good_audit()
+    audit += [
+        audit_line("p/0", "/seed_session"),  # a session the killed process seeded
+        audit_line("p/9", "/verify"),
+        audit_line("k/1", "/increment_counter", rid="c.control", count=2),
+    ]
+    assert [e["application"] for e in evidence.lost_tool_calls(results, audit)] == ["p/2"]

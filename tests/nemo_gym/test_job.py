@@ -121,7 +121,7 @@ def run_and_check(spec: JobSpec) -> None:
 
     events = read_events(spec.directory / "events.jsonl")
     restored = next(e for e in events if e["incarnation"] == 2 and e["event"] == "restored")
-    assert restored["snapshot"] is not None and restored["continued"] >= 1, restored
+    assert restored["snapshot"] is not None and len(restored["continued"]) >= 1, restored
     results = json.loads((spec.directory / "results.json").read_text())
     control = json.loads((spec.directory / "control.json").read_text())
     tasks = {t["rollout_id"]: t["task"] for t in spec.tasks}

@@ -1,0 +1,122 @@
+"""One run of the nemo-gym demo's job, as a process: ``envckpt.nemo_gym.job`` plus the plan.
+
+    python -m envckpt.demo.nemo_gym_job --spec DIR/job.json --incarnation N [--interrupt JSON]
+
+It runs ``envckpt.nemo_gym.job.run_job`` unchanged (the trainer, and every
+server of both deployments as its children, in one process group) and
+strikes this run's planned interruption (``plan.Interruption``) itself,
+driven by the job's own events, never by the clock: a ``kill`` waits for
+the k-th published snapshot holding rollouts in flight, then a seeded
+number of finished rollouts (``plan.Interrupter``), announces itself in
+``events.jsonl`` and SIGKILLs the whole group, as a node failure would; a
+``kill_in_restore`` SIGKILLs the group at its crash point inside the restore.
+Preemption is not offered here: nemo-gym's servers get no grace period.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from envckpt import crashpoints
+from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
+from envckpt.nemo_gym.job import (
+    EVENTS_NAME,
+    RESTORED_EVENT,
+    EventLog,
+    JobSpec,
+    log_to_file,
+    run_job,
+)
+
+
+class PlannedStrike:
+    """Follows one run's events and strikes its planned interruption once.
+
+    ``emit`` goes where the job's events go (it sees ``restored``, which says
+    how many rollouts were already finished); ``progress`` gets the trainer's
+    progress events after they were logged, so the snapshot a kill follows is
+    on disk before the kill.
+    """
+
+    def __init__(
+        self,
+        emit: Callable[..., None],
+        plan: Interruption | None,
+        *,
+        total: int,
+        kill: Callable[[], None] | None = None,
+    ) -> None:
+        if plan is not None and plan.kind not in (KILL, KILL_IN_RESTORE):
+            raise ValueError(f"the nemo-gym demo cannot strike {plan.kind!r}")
+        self._emit = emit
+        self.plan = plan
+        self.total = total
+        self.kill = kill or kill_group
+        self.interrupter: Interrupter | None = None
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self._emit(event, **fields)
+        if event == RESTORED_EVENT and self.plan is not None and self.plan.kind == KILL:
+            self.interrupter = Interrupter(
+                self.plan,
+                total=self.total,
+                finished=int(fields.get("finished_before", 0)),
+                strike=self.strike,
+            )
+
+    def progress(self, event: str, fields: Mapping[str, Any]) -> None:
+        if self.interrupter is not None:
+            self.interrupter.progress(event, fields)
+
+    def strike(self, info: Mapping[str, Any]) -> None:
+        self._emit("interrupting", **info)
+        self.kill()
+
+    def in_restore(self, point: str) -> None:
+        """A crash-point handler: SIGKILL at the planned point inside the restore."""
+        plan = self.plan
+        if plan is not None and plan.kind == KILL_IN_RESTORE and point == plan.restore_point:
+            self.strike({"kind": KILL_IN_RESTORE, "point": point, "snapshots": 0})
+
+
+def kill_group() -> None:
+    # The whole job: this process and every server in its group.
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m envckpt.demo.nemo_gym_job")
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
+    args = parser.parse_args(argv)
+    spec = JobSpec.load(args.spec)
+    log_to_file(spec, args.incarnation)
+    events = EventLog(spec.directory / EVENTS_NAME, incarnation=args.incarnation)
+    plan = Interruption.from_arg(args.interrupt) if args.interrupt else None
+    strike = PlannedStrike(events.emit, plan, total=len(spec.tasks))
+    crashpoints.install(strike.in_restore)
+    try:
+        asyncio.run(
+            run_job(
+                spec,
+                incarnation=args.incarnation,
+                emit=strike.emit,
+                on_progress=strike.progress,
+            )
+        )
+    finally:
+        crashpoints.install(None)
+        events.close()
+    return 0
+
+
+if __name__ == "__main__":  # the launcher's forkserver re-imports the main module
+    sys.exit(main())
