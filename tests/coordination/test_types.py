@@ -133,9 +133,7 @@ def test_a_reply_without_a_report_has_no_blockers_and_no_restarts() -> None:
 
 
 restart_keys = st.lists(
-    st.builds(ep, st.sampled_from(("a", "b", "c")), st.integers(0, 2)).map(
-        lambda e: e.capture_key
-    ),
+    st.builds(ep, st.sampled_from(("a", "b", "c")), st.integers(0, 2)).map(lambda e: e.capture_key),
     max_size=3,
 )
 

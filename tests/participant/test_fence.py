@@ -286,8 +286,7 @@ class FenceMachine(RuleBasedStateMachine):
                 asked = [ep(rollout_id, attempt), ep("r0", 0)]
                 expected = any(
                     any(
-                        held.rollout_id == e.rollout_id and held.attempt <= e.attempt
-                        for e in asked
+                        held.rollout_id == e.rollout_id and held.attempt <= e.attempt for e in asked
                     )
                     for held in self.calls
                 )

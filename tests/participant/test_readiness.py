@@ -9,9 +9,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.readiness import MAX_BLOCKERS_REPORTED, readiness_report
 from envckpt.protocol import Mode
 
-episodes = st.builds(
-    EnvironmentEpisode, st.sampled_from(("a", "b", "c", "d")), st.integers(0, 3)
-)
+episodes = st.builds(EnvironmentEpisode, st.sampled_from(("a", "b", "c", "d")), st.integers(0, 3))
 episode_sets = st.frozensets(episodes, max_size=8)
 
 
