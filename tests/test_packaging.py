@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import envckpt
-from envckpt.extras import MissingExtra, missing_extra, require
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,16 +54,6 @@ def test_a_core_only_install_imports_and_names_the_missing_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "extra: http"
-
-
-def test_require_names_the_extra_and_passes_other_failures_through() -> None:
-    """require() turns a missing optional module into MissingExtra, and nothing else."""
-    with pytest.raises(MissingExtra, match=r"envckpt\[nope\]"):
-        require("surely_not_installed_module", extra="nope")
-    assert require("json", extra="none").__name__ == "json"
-    found = missing_extra(ModuleNotFoundError("x", name="fastapi.routing"))
-    assert found is not None and found.extra == "http"
-    assert missing_extra(ModuleNotFoundError("x", name="numpy")) is None
 
 
 @pytest.mark.slow

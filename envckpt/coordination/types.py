@@ -86,7 +86,7 @@ class PrepareResult:
     def blockers(self) -> dict[str, tuple[str, ...]]:
         """Capture keys each unprepared server still waits for."""
         return {
-            server: tuple(reply.get("report", {}).get("blockers", ()))
+            server: tuple((reply.get("report") or {}).get("blockers", ()))
             for server, reply in sorted(self.replies.items())
             if reply.get("phase") != Phase.PREPARED
         }

@@ -159,7 +159,8 @@ class NoState:
         return None
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        self.live.difference_update(episodes)
+        # As for a session kind: the retired attempts and every earlier one.
+        self.live.difference_update([e for e in self.live if retired_by(e, episodes)])
 
     def forget(self, rollout_ids: Iterable[str]) -> None:
         return None

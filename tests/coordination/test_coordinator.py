@@ -585,34 +585,6 @@ async def test_unreachable_participant_fails_the_fan_out() -> None:
     }
 
 
-async def test_a_slow_participant_times_out_and_its_late_request_finds_the_deadline_past() -> None:
-    """A slow fault makes the caller time out; the request arrives after its deadline."""
-    from envckpt.clock import FakeClock
-    from envckpt.coordination.faults import FaultPlan
-    from envckpt.coordination.inprocess import InProcessTransport
-    from envckpt.participant.core import ParticipantCore
-
-    from helpers.participant_doubles import TOKEN, JsonStateHooks
-
-    clock = FakeClock(START)
-    hooks = JsonStateHooks("model")
-    core = ParticipantCore(server_name="policy", kind="model", hooks=hooks, clock=clock)
-    faults = FaultPlan()
-    faults.add("slow", server="policy", route="prepare")
-    transport = InProcessTransport({"policy": core}, token=TOKEN, faults=faults)
-    deadline = clock.now() + 10
-    with pytest.raises(TransportFailure, match="no reply"):
-        await transport.request(
-            "policy",
-            "POST",
-            "prepare",
-            {"checkpoint_id": "c1", "deadline_ts": deadline},
-            timeout=15.0,
-        )
-    assert clock.now() >= deadline
-    assert faults.fired == [("slow", "policy", "prepare")]
-
-
 async def test_failures_carry_the_protocol_codes_of_envelope_replies() -> None:
     """A refusal with the envelope records its code; a bare 500 records none."""
     cluster = Cluster()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,18 +176,6 @@ def test_mutators_refuse_an_expired_cut(action: Callable[[RecoveryLedger, Cut], 
     with pytest.raises(CutExpired):
         action(ledger, dead_cut())
     assert ledger.to_bytes() == before
-
-
-def test_entry_validation() -> None:
-    """Entries refuse bad ids, a restored mark outside reserved, and repeated keys."""
-    with pytest.raises(ValueError):
-        LedgerEntry("r-a1", 0, "i0", LedgerStatus.RESERVED)
-    with pytest.raises(ValueError):
-        LedgerEntry("r", 0, "i0", LedgerStatus.DISPATCHED, restored=True)
-    with pytest.raises(ValueError):
-        LedgerEntry("r", 0, "i0", LedgerStatus.RESERVED, staging_keys=("a", "a"))
-    with pytest.raises(ValueError):
-        LedgerEntry("r", 0, "", LedgerStatus.RESERVED)
 
 
 # ---- inventory, dropped, retired, forget -----------------------------------------
@@ -495,22 +482,6 @@ def test_load_refuses_invalid_content_with_a_valid_checksum(tmp_path: Path) -> N
     rewrite(path, lambda doc: doc["entries"][0].update(status="paused"), reseal=True)
     with pytest.raises(LedgerCorrupt, match="invalid"):
         RecoveryLedger.load(path)
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        LedgerError("bad", rollout_id="r", action="seal", status="reserved"),
-        LedgerCorrupt("bad", path="/x/ledger.json"),
-        RestoreMismatch("bad", mismatches=("r: unknown",)),
-    ],
-)
-def test_errors_survive_pickle(error: Exception) -> None:
-    """Ledger errors round-trip through pickle with every field."""
-    copy = pickle.loads(pickle.dumps(error))
-    assert type(copy) is type(error)
-    assert vars(copy) == vars(error)
-    assert str(copy) == str(error)
 
 
 # ---- property test: random operation sequences against a reference model ------------
