@@ -8,10 +8,11 @@ differ in how finely time and faults may fall:
   request of the first run to the first instance (the instances are
   symmetric: unreachable, slow past its deadline, lost reply, failed
   write), the startup discovery is not interleaved (it changes nothing on
-  the participants), time passes only when nothing else can happen, the
-  rollouts take one turn more;
+  the participants), time passes only when nothing else can happen, and
+  the rollouts stay parked at their turn;
 * ``FULL`` (``python -m model_check --full``): also faults in the restore
-  and the discovery, on either instance, a plain 500, time may pass at any point (leases can expire mid-snapshot),
+  and the discovery, on either instance, a plain 500, each rollout takes
+  a turn more (in flight while a prepare waits), time may pass at any point (leases can expire mid-snapshot),
   the third participant of the second instance is restart-only, and the
   restored run takes a second snapshot.
 """
@@ -64,7 +65,12 @@ class Config:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-BOUNDED = Config(name="bounded", ungated_routes=frozenset({"status"}), fault_instances=("i0",))
+BOUNDED = Config(
+    name="bounded",
+    max_turn=1,
+    ungated_routes=frozenset({"status"}),
+    fault_instances=("i0",),
+)
 FULL = Config(
     name="full",
     faults=(*FAULTS, "error"),
@@ -78,7 +84,7 @@ TINY = Config(
     name="tiny",
     rollouts=(("r0", 0),),
     max_turn=1,
-    faults=("drop_reply",),
+    faults=("unreachable",),
     ungated_routes=frozenset({"status"}),
     fault_instances=("i0",),
 )

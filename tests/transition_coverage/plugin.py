@@ -193,7 +193,7 @@ def judged(config: pytest.Config) -> str | None:
     """Why this run's coverage is not judged; None when it is (the option, or the whole suite)."""
     if config.getoption("--transition-coverage"):
         return None
-    if config.option.keyword or config.option.markexpr or config.option.lf:
+    if config.option.keyword or config.option.markexpr or getattr(config.option, "lf", False):
         return "a selection of tests (-k, -m, --lf) cannot judge coverage"
     tests = (Path(str(config.rootpath)) / "tests").resolve()
     given = {(Path(str(config.invocation_params.dir)) / arg.split("::")[0]).resolve() for arg in config.args}
