@@ -170,9 +170,7 @@ def _flowchart(
                 lines.append(f'{pad}{INDENT}start((" "))')
             open_boxes.append(depth)
             continue
-        loops = [
-            f"{LOOP} {label_of(t, [(node, t, node)])[0]}" for t in shapes.loops.get(node, ())
-        ]
+        loops = [f"{LOOP} {label_of(t, [(node, t, node)])[0]}" for t in shapes.loops.get(node, ())]
         lines.append(f"{pad}{ids[node]}[{quoted('<br/>'.join([node, *loops]))}]")
     while open_boxes:
         lines.append(INDENT * (open_boxes.pop() + 1) + "end")
@@ -262,9 +260,9 @@ def coverage(table: MachineTable[Any], entries: Iterable[CoverageEntry]) -> str:
     mine = [entry for entry in entries if entry.machine == table.name]
     by_via: dict[tuple[str, str, str], Counter[str]] = {}
     for entry in mine:
-        by_via.setdefault((entry.source, entry.trigger, entry.dest), Counter())[
-            entry.via
-        ] += entry.count
+        by_via.setdefault((entry.source, entry.trigger, entry.dest), Counter())[entry.via] += (
+            entry.count
+        )
     fired = Counter({triple: sum(counts.values()) for triple, counts in by_via.items()})
     rows = {(source, trigger) for source, trigger, _ in table.edges()}
     hit = {(source, trigger) for source, trigger, _ in fired}

@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             return
         last[0] = time.monotonic()
         print(
-            f"  ... {result.states} states, {result.transitions} transitions, "
-            f"depth {result.depth}",
+            f"  ... {result.states} states, {result.transitions} transitions, depth {result.depth}",
             file=sys.stderr,
             flush=True,
         )

@@ -12,9 +12,10 @@ differ in how finely time and faults may fall:
   the rollouts stay parked at their turn;
 * ``FULL`` (``python -m model_check --full``): also faults in the restore
   and the discovery, on either instance, a plain 500, each rollout takes
-  a turn more (in flight while a prepare waits), time may pass at any point (leases can expire mid-snapshot),
-  the third participant of the second instance is restart-only, and the
-  restored run takes a second snapshot.
+  a turn more (in flight while a prepare waits), time may pass at any
+  point (leases can expire mid-snapshot), the third participant of the
+  second instance is restart-only, and the restored run takes a second
+  snapshot.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from envckpt.participant.core import ParticipantCore
 
 from model_check.world import Generation, World
 
-
 _TEMP_PART = re.compile(r"-?\d*-?[0-9a-f]{32}")
 
 
@@ -41,7 +40,10 @@ def describe(world: World) -> tuple[Any, ...]:
     return (
         ("generation", gen.number, world.crashes, world.faults_used, gen.done),
         ("cores", tuple(_core(core, now) for _, _, core in gen.all_cores())),
-        ("adapters", tuple((iid, a.state, a._participants is not None) for iid, a in gen.adapters.items())),
+        (
+            "adapters",
+            tuple((iid, a.state, a._participants is not None) for iid, a in gen.adapters.items()),
+        ),
         ("facade", gen.facade._active, tuple(sorted(gen.facade._resumer.unresumed.items()))),
         ("gates", _gates(gen, now)),
         ("timers", tuple(round(t - now, 6) for t in gen.clock.timers())),

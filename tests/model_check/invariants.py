@@ -58,7 +58,9 @@ def _continued_once(world: World) -> list[str]:
         if (rollout_id, attempt) in seen:
             problems.append(f"{rollout_id} attempt {attempt} continued twice ({source})")
         if attempt <= latest.get(rollout_id, -1):
-            problems.append(f"{rollout_id}: a restore continued attempt {attempt} after a later one")
+            problems.append(
+                f"{rollout_id}: a restore continued attempt {attempt} after a later one"
+            )
         seen[(rollout_id, attempt)] = source
         latest[rollout_id] = attempt
     gen = world.gen
@@ -69,7 +71,9 @@ def _continued_once(world: World) -> list[str]:
                 acting.setdefault(episode.rollout_id, set()).add(episode.attempt)
         for rollout_id, attempts in acting.items():
             if len(attempts) > 1:
-                problems.append(f"{iid}/{name}: attempts {sorted(attempts)} of {rollout_id} may act")
+                problems.append(
+                    f"{iid}/{name}: attempts {sorted(attempts)} of {rollout_id} may act"
+                )
     return problems
 
 
@@ -158,7 +162,12 @@ def _illegal_calls(world: World, gen: Generation) -> list[tuple[Call, str]]:
         for trigger in ADAPTER_TRIGGERS:
             if INSTANCE_LIFECYCLE.destination(state, trigger) is not None:
                 continue
-            calls.append((_adapter_call(adapter, trigger, deadline, episode, root), f"{iid} {trigger} in {state}"))
+            calls.append(
+                (
+                    _adapter_call(adapter, trigger, deadline, episode, root),
+                    f"{iid} {trigger} in {state}",
+                )
+            )
     for iid, name, core in gen.all_cores():
         wire = [episode.to_wire()]
         bodies = {"commit": {"checkpoint_dir": str(root), "episode_ids": wire}}
@@ -189,7 +198,12 @@ def _illegal_calls(world: World, gen: Generation) -> list[tuple[Call, str]]:
             continue
         stale = EnvironmentEpisode(rollout_id, rollout.attempt - 1)
         for name, core in gen.cores[rollout.instance].items():
-            calls.append((lambda core=core, stale=stale: _admit(core, stale), f"turn of {stale.capture_key} on {name}"))
+            calls.append(
+                (
+                    lambda core=core, stale=stale: _admit(core, stale),
+                    f"turn of {stale.capture_key} on {name}",
+                )
+            )
     return calls
 
 
@@ -198,7 +212,9 @@ async def _admit(core: Any, episode: EnvironmentEpisode) -> None:
         pass
 
 
-def _adapter_call(adapter: Any, trigger: str, deadline: float, episode: EnvironmentEpisode, root: Any) -> Call:
+def _adapter_call(
+    adapter: Any, trigger: str, deadline: float, episode: EnvironmentEpisode, root: Any
+) -> Call:
     calls: dict[str, Call] = {
         "prepare": lambda: adapter.prepare(ILLEGAL_ID, deadline_ts=deadline),
         "commit": lambda: adapter.commit(ILLEGAL_ID, root, [episode], deadline_ts=deadline),
@@ -207,7 +223,12 @@ def _adapter_call(adapter: Any, trigger: str, deadline: float, episode: Environm
         "retire": lambda: adapter.retire(ILLEGAL_ID, [episode], deadline_ts=deadline),
         "forget": lambda: adapter.forget(ILLEGAL_ID, ["illegal"], deadline_ts=deadline),
         "restore": lambda: adapter.restore(
-            ILLEGAL_ID, root, [episode], participants=(), source_checkpoint_id="x", deadline_ts=deadline
+            ILLEGAL_ID,
+            root,
+            [episode],
+            participants=(),
+            source_checkpoint_id="x",
+            deadline_ts=deadline,
         ),
     }
     return calls[trigger]

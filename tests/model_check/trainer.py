@@ -249,9 +249,7 @@ def _continue(world: World, gen: Generation, candidate: Published) -> None:
     model = world.model
     for rollout in model.rollouts.values():
         model.restarted.add((rollout.rollout_id, rollout.attempt))
-    model.rollouts = {
-        r.rollout_id: replace(r, attempt=r.attempt + 1) for r in candidate.exported
-    }
+    model.rollouts = {r.rollout_id: replace(r, attempt=r.attempt + 1) for r in candidate.exported}
     for rollout in candidate.exported:
         model.restarted.discard((rollout.rollout_id, rollout.attempt))
         model.continued.append((rollout.rollout_id, rollout.attempt, candidate.checkpoint_id))

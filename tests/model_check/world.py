@@ -125,7 +125,9 @@ class Generation:
         )
 
     def all_cores(self) -> list[tuple[str, str, ParticipantCore]]:
-        return [(iid, name, core) for iid, cores in self.cores.items() for name, core in cores.items()]
+        return [
+            (iid, name, core) for iid, cores in self.cores.items() for name, core in cores.items()
+        ]
 
     def requests(self) -> int:
         return sum(t.requests for t in self.transports.values())

@@ -1,4 +1,4 @@
-"""``python -m transition_coverage FILE...``: the per-table row report; exit 1 on a row never hit."""
+"""``python -m transition_coverage FILE...``: the per-table report; exit 1 if a row was missed."""
 
 from __future__ import annotations
 

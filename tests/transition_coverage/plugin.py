@@ -196,7 +196,10 @@ def judged(config: pytest.Config) -> str | None:
     if config.option.keyword or config.option.markexpr or getattr(config.option, "lf", False):
         return "a selection of tests (-k, -m, --lf) cannot judge coverage"
     tests = (Path(str(config.rootpath)) / "tests").resolve()
-    given = {(Path(str(config.invocation_params.dir)) / arg.split("::")[0]).resolve() for arg in config.args}
+    given = {
+        (Path(str(config.invocation_params.dir)) / arg.split("::")[0]).resolve()
+        for arg in config.args
+    }
     if given != {tests}:
         return "only a run of the whole suite (or --transition-coverage PATH) judges coverage"
     return None

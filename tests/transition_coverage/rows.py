@@ -64,9 +64,7 @@ class CoverageReport:
             rows = [row for row in self.rows if row[0] == table.name]
             http = sum(1 for row in rows if self.counts.get(row, Counter())[HTTP])
             fired = sum(1 for row in rows if sum(self.counts.get(row, Counter()).values()))
-            lines.append(
-                f"{table.name}: {fired}/{len(rows)} rows exercised, {http} over real HTTP"
-            )
+            lines.append(f"{table.name}: {fired}/{len(rows)} rows exercised, {http} over real HTTP")
             for row in rows:
                 counts = self.counts.get(row, Counter())
                 total = sum(counts.values())

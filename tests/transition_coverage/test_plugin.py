@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from envckpt.cli import main as cli_main
+from envckpt.machines.charts import TIMES
 from envckpt.machines.overlay import coverage, load_coverage
 from envckpt.machines.tables import PARTICIPANT_PHASES
 
@@ -67,7 +68,7 @@ def test_the_chart_splits_counts_by_transport_and_dots_the_rest() -> None:
     """Fired edges carry their counts per transport; an untouched table is all dotted."""
     entries = load_coverage_lines([_line("idle", "prepare", "preparing", HTTP, 2)])
     chart = coverage(PARTICIPANT_PHASES, entries)
-    assert '"prepare ×2 (http 2)"' in chart
+    assert f'"prepare {TIMES}2 (http 2)"' in chart
     assert "1/13 rows exercised" in chart
     empty = coverage(PARTICIPANT_PHASES, [])
     assert "==>" not in empty.split("start -->")[1].replace("start --> s_idle", "")
@@ -94,7 +95,7 @@ def test_the_cli_draws_every_machine_or_one(
     log.write_text(_line("idle", "prepare", "preparing", HTTP, 2) + "\n")
     assert cli_main(["statecharts", "--coverage", str(log)]) == 0
     out = capsys.readouterr().out
-    assert out.count("flowchart TB") == 4 and "prepare ×2 (http 2)" in out
+    assert out.count("flowchart TB") == 4 and f"prepare {TIMES}2 (http 2)" in out
     assert cli_main(["statecharts", "--coverage", str(log), "--machine", "snapshot_session"]) == 0
     assert capsys.readouterr().out.count("flowchart TB") == 1
     missing = tmp_path / "missing.jsonl"
@@ -116,7 +117,7 @@ async def test_a_control_call_served_over_http_marks_the_test() -> None:
         assert await wrapped() == "reply"
         assert RECORDER.crossed_http is False
         namespace = {"__name__": "envckpt.http.routes", "wrapped": wrapped}
-        exec("async def endpoint():\n    return await wrapped()", namespace)  # noqa: S102
+        exec("async def endpoint():\n    return await wrapped()", namespace)
         assert await namespace["endpoint"]() == "reply"  # type: ignore[operator]
         assert RECORDER.crossed_http is True
     finally:
