@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install lint typecheck pytest bench statecharts mermaid clean
+.PHONY: demo test install lint typecheck pytest bench statecharts mermaid clean verify mutation
 
 demo: $(STAMP)
 	$(BIN)/envckpt demo
@@ -38,6 +38,29 @@ pytest: $(STAMP) $(MERMAID_STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# Verification beyond sampling (docs/testing.md): the bounded model check and
+# the suite's transition coverage; the last two lines are their summaries.
+BUILD := build
+verify: $(STAMP)
+	mkdir -p $(BUILD)
+	PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider --transition-coverage $(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
+	tail -3 $(BUILD)/verify-pytest.txt
+	PYTHONPATH=tests $(BIN)/python -m model_check --quiet > $(BUILD)/model-check.txt; \
+	checked=$$?; cat $(BUILD)/model-check.txt; \
+	PYTHONPATH=tests $(BIN)/python -m transition_coverage $(BUILD)/transition-coverage.jsonl \
+		> $(BUILD)/transition-coverage.txt; \
+	covered=$$?; cat $(BUILD)/transition-coverage.txt; \
+	tail -1 $(BUILD)/model-check.txt; tail -1 $(BUILD)/transition-coverage.txt; \
+	[ $$checked = 0 ] && [ $$covered = 0 ]
+
+# Mutation testing (minutes to hours on 2 cores): mutmut in a scratch copy.
+mutation: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[mutation]'
+	rm -rf $(BUILD)/mutation && mkdir -p $(BUILD)/mutation
+	git ls-files | tar -cf - -T - | tar -xf - -C $(BUILD)/mutation
+	cd $(BUILD)/mutation && env -u PYTHONPATH ../../$(BIN)/mutmut run --max-children 2 || true
+	$(BIN)/python tests/mutation/score.py $(BUILD)/mutation
 
 statecharts: $(STAMP)
 	$(BIN)/envckpt statecharts

@@ -3,6 +3,7 @@
     envckpt statecharts [--dir statecharts] [--docs docs] [--check]
     envckpt statecharts --render DIR                      # one SVG per machine
     envckpt statecharts --overlay LOG [LOG ...] --machine NAME [--render DIR]
+    envckpt statecharts --coverage LOG [LOG ...] [--machine NAME] [--render DIR]
     envckpt demo [ARGS...]        # every argument goes to envckpt.demo.main
 
 ``main`` returns the exit code instead of exiting, so tests call it directly.
@@ -18,7 +19,13 @@ from pathlib import Path
 
 from envckpt.machines import embeds
 from envckpt.machines.charts import mermaid
-from envckpt.machines.overlay import NoTransitions, load_records, overlay
+from envckpt.machines.overlay import (
+    NoTransitions,
+    coverage,
+    load_coverage,
+    load_records,
+    overlay,
+)
 from envckpt.machines.renderer import RendererMissing, RenderFailed, render_svgs
 from envckpt.machines.svg_layout import read_svg
 from envckpt.machines.tables import ALL_TABLES
@@ -62,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw the transitions JSON-lines logs recorded (needs --machine)",
     )
     charts.add_argument(
+        "--coverage",
+        type=Path,
+        nargs="+",
+        metavar="LOG",
+        help="draw how often the tests (or any run) exercised each row, per transport"
+        " (every machine, or --machine); LOG from pytest --transition-coverage or a transition log",
+    )
+    charts.add_argument(
         "--machine", choices=[table.name for table in ALL_TABLES], help="machine to overlay"
     )
 
@@ -77,10 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command == "statecharts":
-        if (args.overlay is None) != (args.machine is None):
+        if args.overlay is not None and args.coverage is not None:
+            parser.error("--overlay and --coverage draw different things: give one")
+        if args.coverage is None and (args.overlay is None) != (args.machine is None):
             parser.error("--overlay and --machine go together")
-        if args.check and (args.render is not None or args.overlay is not None):
-            parser.error("--check writes nothing: it cannot be combined with --render or --overlay")
+        if args.check and (
+            args.render is not None or args.overlay is not None or args.coverage is not None
+        ):
+            parser.error(
+                "--check writes nothing: it cannot be combined with --render, --overlay"
+                " or --coverage"
+            )
         return _statecharts(args)
     parser.print_help(sys.stderr)
     return 2
@@ -89,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 def _statecharts(args: argparse.Namespace) -> int:
     if args.overlay is not None:
         return _overlay(args)
+    if args.coverage is not None:
+        return _coverage(args)
     if args.render is not None:
         return _render({table.name: mermaid(table) for table in ALL_TABLES}, args.render)
     directory: Path = args.dir
@@ -127,6 +151,20 @@ def _overlay(args: argparse.Namespace) -> int:
         sys.stdout.write(chart)
         return 0
     return _render({f"{table.name}.overlay": chart}, args.render)
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    tables = [t for t in ALL_TABLES if args.machine in (None, t.name)]
+    try:
+        entries = load_coverage(args.coverage)
+    except (OSError, ValueError) as exc:
+        print(f"envckpt statecharts: {exc}", file=sys.stderr)
+        return 2
+    charts = {f"{table.name}.coverage": coverage(table, entries) for table in tables}
+    if args.render is None:
+        sys.stdout.write("\n".join(charts.values()))
+        return 0
+    return _render(charts, args.render)
 
 
 def _render(charts: dict[str, str], directory: Path) -> int:

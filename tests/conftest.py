@@ -59,3 +59,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "rows needing held state or in-flight work run (default: sim for envckpt's own "
         "servers, none with --base-url)",
     )
+
+
+# Transition coverage: every fired transition, by table row and transport
+# (tests/transition_coverage; ``--transition-coverage PATH`` writes them).
+pytest_plugins = ("transition_coverage.plugin",)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,25 +106,44 @@ def overlay(table: MachineTable[Any], records: Iterable[TransitionRecord]) -> st
         others = sorted({record.machine for record in records})
         seen = f"; it has transitions of {', '.join(others)}" if others else ""
         raise NoTransitions(f"no transitions of {table.name} were recorded{seen}")
-    shapes = drawing(table)
     fired = Counter((r.source, r.trigger, r.dest) for r in runs)
+    models = len({record.instance_id for record in runs})
+    title = (
+        f"{table.name}: {len(runs)} transitions, {models}"
+        f" instance {'id' if models == 1 else 'ids'}"
+        f" · thick: fired {TIMES}N · dotted: never · grey: not entered"
+    )
+    entered = {str(table.initial)} | {r.dest for r in runs} | {r.source for r in runs}
+
+    def label(trigger: str, triples: list[tuple[str, str, str]]) -> tuple[str, int]:
+        count = sum(fired[triple] for triple in triples)
+        return f"{trigger} {TIMES}{count}", count
+
+    return _flowchart(table, fired, title, entered, label)
+
+
+Label = Callable[[str, list[tuple[str, str, str]]], tuple[str, int]]
+
+
+def _flowchart(
+    table: MachineTable[Any],
+    fired: Counter[tuple[str, str, str]],
+    title: str,
+    entered: set[str],
+    label_of: Label,
+) -> str:
+    """The chart of ``table`` with every edge labelled by ``label_of``: thick if it fired."""
+    shapes = drawing(table)
     known = set(table.edges())
     foreign = sorted(triple for triple in fired if triple not in known)
     states = [str(state) for state in table.states]
     strangers = sorted({s for src, _, dst in foreign for s in (src, dst)} - set(states))
     ids = _node_ids([*states, *shapes.boxes, *strangers])
-    entered = {str(table.initial)} | {r.dest for r in runs} | {r.source for r in runs}
     unvisited = [state for state in states if state not in entered]
-    models = len({record.instance_id for record in runs})
 
     lines = [
         "---",
-        "title: "
-        + yaml_quoted(
-            f"{table.name}: {len(runs)} transitions, {models}"
-            f" instance {'id' if models == 1 else 'ids'}"
-            f" · thick: fired {TIMES}N · dotted: never · grey: not entered"
-        ),
+        "title: " + yaml_quoted(title),
         *FRONT_MATTER_CONFIG,
         "---",
         OVERLAY_BANNER,
@@ -150,28 +170,25 @@ def overlay(table: MachineTable[Any], records: Iterable[TransitionRecord]) -> st
                 lines.append(f'{pad}{INDENT}start((" "))')
             open_boxes.append(depth)
             continue
-        loops = [f"{LOOP} {t} {TIMES}{fired[(node, t, node)]}" for t in shapes.loops.get(node, ())]
+        loops = [f"{LOOP} {label_of(t, [(node, t, node)])[0]}" for t in shapes.loops.get(node, ())]
         lines.append(f"{pad}{ids[node]}[{quoted('<br/>'.join([node, *loops]))}]")
     while open_boxes:
         lines.append(INDENT * (open_boxes.pop() + 1) + "end")
     lines += [f"{INDENT}{ids[state]}[{quoted(state)}]" for state in strangers]
     lines.append(f"{INDENT}start --> {ids[str(table.initial)]}")
     for edge in shapes.edges:
-        counts = [
-            (
-                trigger,
-                sum(
-                    fired[(source, trigger, edge.dest)] for source in shapes.states_of(edge.source)
-                ),
+        labels = [
+            label_of(
+                trigger, [(source, trigger, edge.dest) for source in shapes.states_of(edge.source)]
             )
             for trigger in edge.triggers
         ]
-        label = "<br/>".join(f"{trigger} {TIMES}{count}" for trigger, count in counts)
-        arrow = "==>" if any(count for _, count in counts) else "-.->"
-        lines.append(f"{INDENT}{ids[edge.source]} {arrow}|{quoted(label)}| {ids[edge.dest]}")
+        text = "<br/>".join(text for text, _ in labels)
+        arrow = "==>" if any(count for _, count in labels) else "-.->"
+        lines.append(f"{INDENT}{ids[edge.source]} {arrow}|{quoted(text)}| {ids[edge.dest]}")
     for source, trigger, dest in foreign:
-        label = f"{trigger} {TIMES}{fired[(source, trigger, dest)]} (not in table)"
-        lines.append(f"{INDENT}{ids[source]} ==>|{quoted(label)}| {ids[dest]}")
+        text = f"{label_of(trigger, [(source, trigger, dest)])[0]} (not in table)"
+        lines.append(f"{INDENT}{ids[source]} ==>|{quoted(text)}| {ids[dest]}")
     for key, members in class_members(table).items():
         if members:
             lines.append(f"{INDENT}class {','.join(ids[s] for s in members)} {CLASS_NAMES[key]}")
@@ -181,6 +198,91 @@ def overlay(table: MachineTable[Any], records: Iterable[TransitionRecord]) -> st
     if unvisited:
         lines.append(f"{INDENT}class {','.join(ids[s] for s in unvisited)} unvisited")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- coverage
+#
+# A test suite's transitions, counted per row and per transport (the pytest
+# plugin in tests/transition_coverage writes them): one JSON line per
+# (machine, source, trigger, dest, via) with a ``count``. A plain transition
+# log reads as well (each line counts once, via "recorded").
+
+RECORDED = "recorded"
+
+
+@dataclass(frozen=True, slots=True)
+class CoverageEntry:
+    """How often one transition fired, and over which transport."""
+
+    machine: str
+    source: str
+    trigger: str
+    dest: str
+    via: str = RECORDED
+    count: int = 1
+
+
+def load_coverage(paths: Path | Sequence[Path]) -> list[CoverageEntry]:
+    """The transitions of coverage files or plain transition logs, with their counts."""
+    entries: list[CoverageEntry] = []
+    for path in [paths] if isinstance(paths, Path) else paths:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{number}"
+                record = _record(line, where)
+                if record is None:
+                    continue
+                entry = json.loads(line)
+                count = entry.get("count", 1)
+                if type(count) is not int or count < 1:
+                    raise ValueError(f"{where}: count must be a positive integer")
+                entries.append(
+                    CoverageEntry(
+                        record.machine,
+                        record.source,
+                        record.trigger,
+                        record.dest,
+                        str(entry.get("via") or RECORDED),
+                        count,
+                    )
+                )
+    return entries
+
+
+def coverage(table: MachineTable[Any], entries: Iterable[CoverageEntry]) -> str:
+    """``table``'s chart with each edge's count per transport; never-fired edges dotted.
+
+    Unlike ``overlay`` it draws a table no entry fired (every edge dotted):
+    a coverage chart shows what was missed.
+    """
+    mine = [entry for entry in entries if entry.machine == table.name]
+    by_via: dict[tuple[str, str, str], Counter[str]] = {}
+    for entry in mine:
+        by_via.setdefault((entry.source, entry.trigger, entry.dest), Counter())[entry.via] += (
+            entry.count
+        )
+    fired = Counter({triple: sum(counts.values()) for triple, counts in by_via.items()})
+    rows = {(source, trigger) for source, trigger, _ in table.edges()}
+    hit = {(source, trigger) for source, trigger, _ in fired}
+    title = (
+        f"{table.name} coverage: {len(rows & hit)}/{len(rows)} rows exercised"
+        f" · thick: fired {TIMES}N (by transport) · dotted: never · grey: not entered"
+    )
+    entered = {str(table.initial)} | {s for s, _, _ in fired} | {d for _, _, d in fired}
+
+    def label(trigger: str, triples: list[tuple[str, str, str]]) -> tuple[str, int]:
+        counts: Counter[str] = Counter()
+        for triple in triples:
+            counts.update(by_via.get(triple, Counter()))
+        total = sum(counts.values())
+        if not total:
+            return f"{trigger} {TIMES}0", 0
+        split = ", ".join(f"{via} {count}" for via, count in sorted(counts.items()))
+        return f"{trigger} {TIMES}{total} ({split})", total
+
+    return _flowchart(table, fired, title, entered, label)
 
 
 def _node_ids(names: list[str]) -> dict[str, str]:

@@ -1,0 +1,1 @@
+"""``make mutation``: mutmut over the machines, the participant core and the adapter."""

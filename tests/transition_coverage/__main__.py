@@ -1,0 +1,23 @@
+"""``python -m transition_coverage FILE...``: the per-table report; exit 1 if a row was missed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from envckpt.machines.overlay import load_coverage
+
+from transition_coverage.rows import coverage_report
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m transition_coverage COVERAGE.jsonl [...]", file=sys.stderr)
+        return 2
+    report = coverage_report(load_coverage([Path(arg) for arg in argv]))
+    print(report.text())
+    return 1 if report.never else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
