@@ -68,20 +68,28 @@ def _status(entry: SnapshotEntry) -> Text:
     return Text(entry.status, style="green" if entry.status == OK else "bold red")
 
 
-def _table(title: str | None = None) -> Table:
-    return Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+def _table(title: str | None = None, *, compact: bool = False) -> Table:
+    # ``compact``: one space between columns, so the list fits 100 columns even
+    # with 36-character ids, ten-digit steps and seconds in the time.
+    return Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        show_edge=False,
+        padding=(0, 0) if compact else (0, 1),
+    )
 
 
 def list_table(entries: Sequence[SnapshotEntry]) -> RenderableType:
     """``list``: one row per snapshot, oldest first, and the problems of damaged ones."""
-    table = _table()
+    table = _table(compact=True)
     table.add_column("snapshot", no_wrap=True)
-    table.add_column("step", justify="right")
+    table.add_column("step", justify="right", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
-    table.add_column("inst", justify="right")
-    table.add_column("episodes", justify="right")
-    table.add_column("status")
+    table.add_column("inst", justify="right", no_wrap=True)
+    table.add_column("episodes", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     for entry in entries:
         table.add_row(
             entry.checkpoint_id,
@@ -198,7 +206,10 @@ def entry_json(entry: SnapshotEntry) -> dict[str, Any]:
         "created": iso(entry.created_at),
         "size": entry.size,
         "files": entry.files,
-        "instances": len(entry.instances),
+        "instances": {
+            instance_id: {"continued": continued, "restarted": restarted}
+            for instance_id, (continued, restarted) in sorted(entry.instances.items())
+        },
         "episodes": entry.episodes,
         "restarts": entry.restarts,
     }
@@ -210,15 +221,13 @@ def details_json(details: SnapshotDetails) -> dict[str, Any]:
     document["metrics"] = dict(entry.manifest.metrics) if entry.manifest else {}
     gym = entry.gym_manifest
     document["gym_checkpoint_id"] = None if gym is None else gym.checkpoint_id
-    document["instances"] = {
-        instance_id: {
-            "continued": [e.to_wire() for e in record.episodes],
-            "restarted": [e.to_wire() for e in record.restarts],
-            "staging_rows": len(record.staging_keys),
-            "participants": list(record.participants),
-        }
-        for instance_id, record in sorted((gym.instances if gym else {}).items())
-    }
+    for instance_id, record in sorted((gym.instances if gym else {}).items()):
+        document["instances"][instance_id].update(
+            continued_episodes=[e.to_wire() for e in record.episodes],
+            restarted_episodes=[e.to_wire() for e in record.restarts],
+            staging_rows=len(record.staging_keys),
+            participants=list(record.participants),
+        )
     document["participants"] = [
         {
             "instance": p.instance_id,
