@@ -82,7 +82,7 @@ def test_content_corruption_with_every_digest_recomputed_fails(
     snapshot: Path, corruption: str
 ) -> None:
     """A wrong file whose checksums were all recomputed still fails: its content is checked."""
-    target, corrupt = CONTENT_CORRUPTIONS[corruption]
+    _, corrupt = CONTENT_CORRUPTIONS[corruption]
     corrupt(snapshot)
     report = verify_snapshot_dir(snapshot)
     assert not report.passed
