@@ -20,8 +20,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
 from envckpt.coordination.types import Member, Participants, PrepareResult
@@ -217,7 +216,7 @@ class Coordinator:
         Used when this deployment's restore failed, and by the facade when
         another instance's restore failed or the caller raised.
         """
-        log = structlog.get_logger("envckpt.coordinator").bind(checkpoint_id=checkpoint_id)
+        log = logs.get_logger("envckpt.coordinator").bind(checkpoint_id=checkpoint_id)
         cleanup_deadline = max(deadline_ts, self._clock.now() + CLEANUP_SECONDS)
         episode_ids = _wire(episode.next_attempt() for episode in scope)
         if episode_ids:

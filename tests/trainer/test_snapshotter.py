@@ -502,3 +502,41 @@ async def test_a_bad_step_is_refused_before_anything_is_written(rig: Rig) -> Non
     with pytest.raises(ValueError, match="step"):
         await rig.snapshotter.take(step=-5)
     assert rig.layout.published() == [] and rig.snapshotter.failures_total == 0
+
+
+QUIET_SNAPSHOT = """
+import asyncio, sys
+from pathlib import Path
+from helpers.snapshot_rig import Rig, mid_flight, running
+
+async def main(directory):
+    rig = Rig(Path(directory)).fresh()
+    async with running(rig.job(rig.tasks(4))):
+        await mid_flight(rig)
+        await rig.snapshotter.take()
+    await rig.crash()
+    restored = await Rig(Path(directory)).restore()
+    assert restored.path is not None
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_host_that_configures_no_logging_sees_nothing(tmp_path: Path) -> None:
+    """Snapshot and restore inside a program that never configured logging print nothing."""
+    import os
+    import subprocess
+    import sys
+
+    tests = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_SNAPSHOT, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (done.stdout, done.stderr) == ("", "")
