@@ -58,7 +58,7 @@ from envckpt.protocol import ErrorCode, Kind, Mode, Phase
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.catalog import SnapshotCatalog, SnapshotEntry
 from envckpt.trainer.dataplane import SqliteDataPlane
-from envckpt.trainer.job import RolloutJob, RolloutTask
+from envckpt.trainer.job import RolloutJob, RolloutTask, StagingRecorder
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.restorer import Restorer, RestoreReport
@@ -158,6 +158,7 @@ __all__ = [
     "SnapshotPolicy",
     "SnapshotResult",
     "SqliteDataPlane",
+    "StagingRecorder",
     "StartedTrainer",
     "StateHooks",
     "SystemClock",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 import signal
 import textwrap
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from pydantic import BaseModel
 
 from envckpt.config import CheckpointingConfig, ConfigError, load_config
 from envckpt.facade.timeouts import CheckpointTimeouts
@@ -137,3 +139,22 @@ def test_a_missing_block_or_file_says_so(tmp_path: Path) -> None:
     bad.write_text(textwrap.dedent("checkpointing:\n  root: [unclosed\n"))
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(bad)
+
+
+def leaf_fields(model: type[BaseModel], prefix: str = "") -> set[str]:
+    names = set()
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= leaf_fields(annotation, f"{prefix}{name}.")
+        else:
+            names.add(f"{prefix}{name}")
+    return names
+
+
+def test_every_field_is_documented_in_the_integration_guide() -> None:
+    """docs/integration.md has one table row per field, no more and no fewer."""
+    docs = Path(__file__).resolve().parents[1] / "docs" / "integration.md"
+    section = docs.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `([a-z_.]+)` \|", section, re.MULTILINE))
+    assert documented == leaf_fields(CheckpointingConfig)
