@@ -75,7 +75,7 @@ class GymCheckpointAdapter:
                     "ServerClient) with auth_token="
                 )
             self._owned_transport = _transport_for(client, auth_token)
-            coordination = Coordinator(self._owned_transport)
+            coordination = Coordinator(self._owned_transport, instance_id=instance.instance_id)
         elif client is not None or auth_token is not None:
             raise TypeError("give coordination= or client= with auth_token=, not both")
         self._instance = instance
@@ -94,7 +94,8 @@ class GymCheckpointAdapter:
     ) -> GymCheckpointAdapter:
         """The seeds' construction, with ``HttpTransport`` options (``max_connections``...)."""
         transport = _transport_for(client, auth_token, **transport_options)
-        adapter = cls(instance=instance, coordination=Coordinator(transport))
+        coordinator = Coordinator(transport, instance_id=instance.instance_id)
+        adapter = cls(instance=instance, coordination=coordinator)
         adapter._owned_transport = transport
         return adapter
 
