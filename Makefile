@@ -13,8 +13,8 @@ demo: $(STAMP)
 test: $(STAMP) lint typecheck pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check envckpt tests bench
-	$(BIN)/ruff format --check envckpt tests bench
+	$(BIN)/ruff check envckpt tests bench examples
+	$(BIN)/ruff format --check envckpt tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from envckpt.clock import Clock, FakeClock, SystemClock
+from envckpt.config import CheckpointingConfig, ConfigError, load_config
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.types import GymCoordination, Member, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
@@ -55,10 +56,15 @@ from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
 from envckpt.protocol import ErrorCode, Kind, Mode, Phase
 from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.catalog import SnapshotCatalog, SnapshotEntry
 from envckpt.trainer.dataplane import SqliteDataPlane
+from envckpt.trainer.job import RolloutJob, RolloutTask, StagingRecorder
 from envckpt.trainer.ledger import RecoveryLedger
+from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.restorer import Restorer, RestoreReport
+from envckpt.trainer.snapshot_loop import SnapshotPolicy
 from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
+from envckpt.trainer.startup import PendingStaging, StartedTrainer, start_trainer
 
 if TYPE_CHECKING:
     from envckpt.http.client import HttpTransport
@@ -90,7 +96,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CheckpointTimeouts",
+    "CheckpointingConfig",
     "Clock",
+    "ConfigError",
     "CoordinationError",
     "Coordinator",
     "CorruptCheckpoint",
@@ -117,6 +125,7 @@ __all__ = [
     "IncompatibleCheckpoint",
     "InstanceActor",
     "InstanceClient",
+    "JobSignals",
     "Kind",
     "LocalInstance",
     "Member",
@@ -128,6 +137,7 @@ __all__ = [
     "ParticipantCore",
     "ParticipantError",
     "Participants",
+    "PendingStaging",
     "Phase",
     "PrepareResult",
     "ProtocolViolation",
@@ -137,15 +147,24 @@ __all__ = [
     "RestoredEnvironmentRollouts",
     "Restorer",
     "RolloutInventory",
+    "RolloutJob",
     "RolloutSnapshotter",
+    "RolloutTask",
     "SessionHooks",
+    "SnapshotCatalog",
     "SnapshotContents",
+    "SnapshotEntry",
     "SnapshotNotReady",
+    "SnapshotPolicy",
     "SnapshotResult",
     "SqliteDataPlane",
+    "StagingRecorder",
+    "StartedTrainer",
     "StateHooks",
     "SystemClock",
     "UnsupportedDeployment",
     "__version__",
+    "load_config",
     "mount_participant",
+    "start_trainer",
 ]

@@ -4,19 +4,25 @@
     envckpt statecharts --render DIR                      # one SVG per machine
     envckpt statecharts --overlay LOG [LOG ...] --machine NAME [--render DIR]
     envckpt statecharts --coverage LOG [LOG ...] [--machine NAME] [--render DIR]
+    envckpt snapshots list|show|verify|prune|delete ROOT ...   # see envckpt.snapshots.cli
     envckpt demo [ARGS...]        # every argument goes to envckpt.demo.main
 
 ``main`` returns the exit code instead of exiting, so tests call it directly.
+A command that needs an optional extra that is not installed exits 2 and
+names the extra (``pip install 'envckpt[http]'``) instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from envckpt.extras import EXTRAS, MissingExtra, missing_extra
 from envckpt.machines import embeds
 from envckpt.machines.charts import mermaid
 from envckpt.machines.overlay import (
@@ -44,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
         " and refill the charts embedded in --docs.",
     )
     charts.add_argument(
-        "--dir", type=Path, default=Path("statecharts"), help="target directory (%(default)s)"
+        "--dir",
+        type=Path,
+        default=None,
+        help=f"target directory ({DEFAULT_CHARTS}; outside an envckpt checkout, required)",
     )
     charts.add_argument(
         "--docs",
@@ -80,9 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--machine", choices=[table.name for table in ALL_TABLES], help="machine to overlay"
     )
 
+    snapshots_cli().add_parser(commands)
     # Declared for --help only: main() forwards the raw arguments before parsing.
     commands.add_parser("demo", help="run the crash-and-restore demo (arguments go to it)")
     return parser
+
+
+DEFAULT_CHARTS = Path("statecharts")
+
+
+def snapshots_cli() -> Any:
+    """``envckpt.snapshots.cli``, imported when the parser is built (it needs rich)."""
+    return importlib.import_module("envckpt.snapshots.cli")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return _demo(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
+    if args.command == "snapshots":
+        return int(snapshots_cli().run(args))
     if args.command == "statecharts":
         if args.overlay is not None and args.coverage is not None:
             parser.error("--overlay and --coverage draw different things: give one")
@@ -108,6 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def in_checkout(directory: Path) -> bool:
+    """Whether ``directory`` is an envckpt source checkout (where ./statecharts belongs)."""
+    if (directory / DEFAULT_CHARTS).is_dir():
+        return True
+    try:
+        project = (directory / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'name = "envckpt"' in project
+
+
 def _statecharts(args: argparse.Namespace) -> int:
     if args.overlay is not None:
         return _overlay(args)
@@ -115,7 +146,17 @@ def _statecharts(args: argparse.Namespace) -> int:
         return _coverage(args)
     if args.render is not None:
         return _render({table.name: mermaid(table) for table in ALL_TABLES}, args.render)
-    directory: Path = args.dir
+    if args.dir is None and not in_checkout(Path.cwd()):
+        # Writing ./statecharts into whatever directory the user stands in
+        # would litter it: outside a checkout, the target must be asked for.
+        print(
+            f"envckpt statecharts: {Path.cwd()} is not an envckpt checkout (no statecharts/, "
+            "no envckpt pyproject.toml); run it in a checkout, or pass --dir DIR (and --docs "
+            "DIR for the Markdown to refill)",
+            file=sys.stderr,
+        )
+        return 2
+    directory: Path = args.dir or DEFAULT_CHARTS
     if args.check:
         problems = embeds.check(directory) + embeds.check_docs(args.docs)
         for problem in problems:
@@ -182,22 +223,40 @@ def _render(charts: dict[str, str], directory: Path) -> int:
 
 
 def _demo(argv: list[str]) -> int:
+    asking_for_help = bool({"-h", "--help"} & set(argv))
+    needed = ["http", *(["ray"] if "--ray" in argv else [])]
     try:
+        if not asking_for_help:
+            for extra in needed:
+                _require_extra(extra)
         module = importlib.import_module("envckpt.demo")
+        demo_main: Callable[[list[str]], int] = module.main
+        return int(demo_main(argv))
+    except MissingExtra as exc:
+        return _missing(exc)
     except ModuleNotFoundError as exc:
         if exc.name == "envckpt.demo":
             print(
                 "envckpt demo: this installation has no demo (envckpt.demo is missing)",
                 file=sys.stderr,
             )
-        else:
-            print(
-                f"envckpt demo: needs the module {exc.name!r}; install envckpt[http,dev]",
-                file=sys.stderr,
-            )
-        return 2
-    demo_main: Callable[[list[str]], int] = module.main
-    return int(demo_main(argv))
+            return 2
+        found = missing_extra(exc)
+        if found is None:
+            raise  # not one of our optional modules: a real bug, keep the traceback
+        return _missing(found)
+
+
+def _require_extra(extra: str) -> None:
+    """``MissingExtra`` unless every module of ``extra`` can be imported."""
+    for module in EXTRAS[extra]:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtra(module, extra)
+
+
+def _missing(error: MissingExtra) -> int:
+    print(f"envckpt demo: needs the module {error.module!r}: {error}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 from importlib.metadata import entry_points
@@ -41,13 +42,31 @@ def test_statecharts_again_reports_up_to_date(
     assert capsys.readouterr().out == f"{tmp_path}: statecharts up to date\n"
 
 
-def test_statecharts_default_dir_is_relative_to_cwd(
+def test_statecharts_default_dir_is_relative_to_a_checkout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without --dir the charts go to ./statecharts."""
+    """In an envckpt checkout, without --dir the charts go to ./statecharts."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "envckpt"\n')
     monkeypatch.chdir(tmp_path)
     assert main(["statecharts"]) == 0
     assert embeds.check(tmp_path / "statecharts") == []
+    (tmp_path / "pyproject.toml").unlink()
+    assert main(["statecharts", "--check"]) == 0, "an existing statecharts/ marks a checkout"
+
+
+def test_statecharts_outside_a_checkout_needs_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Elsewhere, without --dir, nothing is created: exit 2 and a message saying what to pass."""
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "someone-else"\n')
+    monkeypatch.chdir(tmp_path)
+    for args in (["statecharts"], ["statecharts", "--check"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "is not an envckpt checkout" in err and "--dir DIR" in err
+    assert not (tmp_path / "statecharts").exists()
+    assert main(["statecharts", "--dir", "charts", "--docs", "docs"]) == 0
+    assert embeds.check(tmp_path / "charts") == []
 
 
 def test_statecharts_also_refills_the_docs(tmp_path: Path) -> None:
@@ -254,3 +273,76 @@ def test_overlay_with_render_writes_the_overlay_svg(
     assert main([*args, "--render", str(out)]) == 0
     assert capsys.readouterr().out.startswith(f"wrote {out / 'snapshot_session.overlay.svg'}: ")
     assert [path.name for path in out.iterdir()] == ["snapshot_session.overlay.svg"]
+
+
+BLOCK_EXTRAS = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"fastapi", "uvicorn", "httpx", "aiohttp", "starlette", "ray"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+import runpy
+sys.argv = ["envckpt", *sys.argv[1:]]
+runpy.run_module("envckpt", run_name="__main__")
+"""
+
+
+def core_only(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``envckpt ARGS`` in a process where the optional extras cannot be imported."""
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_EXTRAS, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_demo_on_a_core_only_install_names_the_extra_to_install(tmp_path: Path) -> None:
+    """No fastapi: `envckpt demo` exits 2 naming envckpt[http]; --ray also names envckpt[ray]."""
+    done = core_only("demo", "--dir", str(tmp_path / "d"), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "pip install 'envckpt[http]'" in done.stderr and not (tmp_path / "d").exists()
+    helped = core_only("demo", "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and "--instances" in helped.stdout
+
+
+def test_missing_extra_errors_raised_inside_the_demo_are_named_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A demo that fails on an optional module mid-run exits 2 naming its extra."""
+
+    def demo_main(argv: list[str]) -> int:
+        raise ModuleNotFoundError("No module named 'ray'", name="ray")
+
+    fake = types.ModuleType("envckpt.demo")
+    fake.main = demo_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "envckpt.demo", fake)
+    assert main(["demo"]) == 2
+    assert "envckpt[ray]" in capsys.readouterr().err
+
+
+def test_a_missing_module_that_is_no_extra_keeps_its_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ModuleNotFoundError of a module envckpt does not make optional is a bug: re-raised."""
+
+    def demo_main(argv: list[str]) -> int:
+        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+
+    fake = types.ModuleType("envckpt.demo")
+    fake.main = demo_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "envckpt.demo", fake)
+    with pytest.raises(ModuleNotFoundError, match="numpy"):
+        main(["demo"])
+
+
+def test_the_snapshot_verbs_need_no_extra(tmp_path: Path) -> None:
+    """`envckpt snapshots list` runs on a core-only install."""
+    (tmp_path / "snapshots").mkdir()
+    done = core_only("snapshots", "list", str(tmp_path), "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["snapshots"] == []

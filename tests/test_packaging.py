@@ -92,6 +92,19 @@ def test_a_downstream_strict_mypy_accepts_import_envckpt(tmp_path: Path) -> None
             snapshotter: type[RolloutSnapshotter] = envckpt.RolloutSnapshotter
             facade: type[GymEnvironmentCheckpoint] = envckpt.GymEnvironmentCheckpoint
             version: str = envckpt.__version__
+
+            def newest_step(root: str) -> int | None:
+                latest = envckpt.SnapshotCatalog(root).latest()
+                return None if latest is None else latest.step
+
+            def keep(path: str) -> int:
+                return envckpt.load_config(path).keep_latest_k
+
+            def seeds_way(client: object, token: str) -> envckpt.GymCheckpointAdapter:
+                instance = envckpt.GymCheckpointInstance("shard", 0)
+                return envckpt.GymCheckpointAdapter(
+                    instance=instance, client=client, auth_token=token
+                )
             """
         )
     )

@@ -20,8 +20,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
 from envckpt.coordination.types import Member, Participants, PrepareResult
@@ -56,9 +55,17 @@ def _wire(episodes: Iterable[EnvironmentEpisode]) -> list[dict[str, Any]]:
 class Coordinator:
     """``GymCoordination`` over a transport."""
 
-    def __init__(self, transport: ControlTransport, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        transport: ControlTransport,
+        *,
+        clock: Clock | None = None,
+        instance_id: str | None = None,
+    ) -> None:
         self._transport = transport
         self._clock = clock or SystemClock()
+        # The Gym instance this deployment is, named in the coordinator's events.
+        self.instance_id = instance_id
 
     @property
     def transport(self) -> ControlTransport:
@@ -217,7 +224,9 @@ class Coordinator:
         Used when this deployment's restore failed, and by the facade when
         another instance's restore failed or the caller raised.
         """
-        log = structlog.get_logger("envckpt.coordinator").bind(checkpoint_id=checkpoint_id)
+        log = logs.get_logger("envckpt.coordinator").bind(
+            checkpoint_id=checkpoint_id, instance_id=self.instance_id
+        )
         cleanup_deadline = max(deadline_ts, self._clock.now() + CLEANUP_SECONDS)
         episode_ids = _wire(episode.next_attempt() for episode in scope)
         if episode_ids:

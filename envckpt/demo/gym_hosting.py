@@ -7,7 +7,9 @@
 
 Each Gym server is a child ``python -m envckpt.sim.server`` process of the
 trainer, in the trainer's process group, so a SIGKILL of the group takes
-both down, as a node failure would.
+both down, as a node failure would. Each writes its events as JSON lines to
+``run/gym-<index>-<incarnation>.jsonl`` (every participant transition, named
+by server and Gym instance), which ``envckpt statecharts --overlay`` draws.
 """
 
 from __future__ import annotations
@@ -87,6 +89,11 @@ async def gym_processes(
                         str(settings.tool_latency),
                         "--ready-file",
                         str(ready_file),
+                        "--instance-id",
+                        instance.instance_id,
+                        # JSON lines `envckpt statecharts --overlay` reads, one file per process.
+                        "--log-json",
+                        str(run_dir / f"gym-{index}-{incarnation}.jsonl"),
                     ],
                     env=env,
                     stdout=log,

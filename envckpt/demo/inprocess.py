@@ -70,6 +70,7 @@ class Incarnation:
         for instance in settings.instance_list():
             gym = SimulatedGym.from_config(
                 GymConfig(
+                    instance_id=instance.instance_id,
                     seed=settings.gym_seed(),
                     judge=True,
                     tool_latency=settings.tool_latency,

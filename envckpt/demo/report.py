@@ -1,31 +1,42 @@
-"""Plain-text tables, progress bars and the verdict the demo prints.
+"""Text tables, progress bars and the verdict the demo prints, no wider than 100 columns.
 
-No third-party UI library: the demo must run on a bare CI machine and its
-output is read in logs as often as on a terminal.
+The output is read in CI logs as often as on a terminal: tables are drawn by
+``rich`` in ASCII, 100 columns at most (a cell too long for its column wraps
+inside it), with no colour or terminal codes.
 """
 
 from __future__ import annotations
 
-import statistics
+import io
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+WIDTH = 100
+
 
 def table(title: str, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A boxed, column-aligned text table."""
-    body = [[str(cell) for cell in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in body:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
-    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    """A boxed, column-aligned ASCII table under ``== title ==``, at most 100 columns wide."""
+    drawn = Table(box=box.ASCII, show_lines=False)
+    for header in headers:
+        drawn.add_column(header, overflow="fold")
+    for row in rows:
+        drawn.add_row(*(str(cell) for cell in row))
+    stream = io.StringIO()
+    Console(file=stream, width=WIDTH, color_system=None, highlight=False).print(drawn)
+    lines = [line.rstrip() for line in stream.getvalue().splitlines()]
+    return "\n".join([f"== {title} ==", *lines])
 
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
-    out = [f"== {title} ==", rule, line(headers), rule, *(line(r) for r in body), rule]
-    return "\n".join(out)
+def wrapped(text: str, *, indent: str = "") -> str:
+    """``text`` wrapped at 100 columns, continuation lines indented by ``indent``."""
+    return textwrap.fill(text, width=WIDTH, subsequent_indent=indent)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -102,8 +113,12 @@ class Verdict:
         return [name for name, ok, _ in self.checks if not ok]
 
     def render(self) -> str:
-        rows = [("PASS" if ok else "FAIL", name, detail) for name, ok, detail in self.checks]
-        text = table("verdict", ("", "check", "detail"), rows)
+        # The detail goes under its check: side by side they need about 170 columns.
+        rows = [
+            ("PASS" if ok else "FAIL", f"{name}\n  {detail}" if detail else name)
+            for name, ok, detail in self.checks
+        ]
+        text = table("verdict", ("", "check, and what was found"), rows)
         return f"{text}\nVERDICT: {'PASS' if self.passed else 'FAIL'}"
 
     def to_json(self) -> dict[str, object]:
@@ -131,11 +146,3 @@ def pause_warnings(snapshots: Sequence[tuple[float, float, str]]) -> int:
                 warnings += 1
         previous_end = end
     return warnings
-
-
-def summarize_pauses(pauses: Sequence[float]) -> str:
-    if not pauses:
-        return "no snapshots"
-    p50, p95 = percentile(pauses, 0.5) * 1000, percentile(pauses, 0.95) * 1000
-    mean = statistics.fmean(pauses) * 1000
-    return f"{len(pauses)} snapshots, pause p50 {p50:.0f} ms, p95 {p95:.0f} ms, mean {mean:.0f} ms"

@@ -13,11 +13,12 @@ from typing import Any
 
 from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.plan import KILL, KILL_IN_RESTORE, PREEMPT
-from envckpt.demo.report import Verdict, pause_warnings, summarize_pauses, table
+from envckpt.demo.report import Verdict, pause_warnings, percentile, table, wrapped
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.verdict import KILLED, RunRecord
 
-PAUSE_WARNING = "paused longer than running"
+# Timer snapshots that paused the environment longer than it ran since the one before.
+PAUSE_WARNING = "paused > ran"
 
 
 def render_summary(settings: DemoSettings, record: RunRecord, verdict: Verdict) -> str:
@@ -25,10 +26,14 @@ def render_summary(settings: DemoSettings, record: RunRecord, verdict: Verdict) 
     out = [_runs_table(events, record), _restores_table(record)]
     numbers = verdict.numbers
     out.append(
-        f"work saved: {numbers.get('turns_saved', 0)} turns carried over by restores "
-        f"(restart-from-task would have recomputed them); "
-        f"{numbers.get('turns_recomputed', 0)} turns recomputed (done by processes that "
-        "died before a snapshot kept them)"
+        "\n".join(
+            [
+                f"work saved: {numbers.get('turns_saved', 0)} turns carried over by restores "
+                "(restart-from-task would have recomputed them)",
+                f"work lost: {numbers.get('turns_recomputed', 0)} turns recomputed "
+                "(done by processes that died before a snapshot kept them)",
+            ]
+        )
     )
     return "\n\n".join(out)
 
@@ -49,6 +54,7 @@ def run_pauses(events: Sequence[dict[str, Any]], incarnation: int) -> tuple[list
 
 def _runs_table(events: Sequence[dict[str, Any]], record: RunRecord) -> str:
     rows = []
+    endings = []
     for incarnation in sorted(record.exits):
         mine = [e for e in events if e.get("incarnation") == incarnation]
         pauses, warnings = run_pauses(events, incarnation)
@@ -60,24 +66,32 @@ def _runs_table(events: Sequence[dict[str, Any]], record: RunRecord) -> str:
                 sealed,
                 len(pauses),
                 failed,
-                summarize_pauses(pauses),
+                _ms(pauses, 0.5),
+                _ms(pauses, 0.95),
                 warnings,
-                _ending(record, incarnation, mine),
             )
         )
-    return table(
+        endings.append(
+            wrapped(f"run {incarnation}: {_ending(record, incarnation, mine)}", indent="  ")
+        )
+    drawn = table(
         "runs",
         (
             "run",
-            "rollouts finished",
+            "finished",
             "snapshots",
             "failed snapshots",
-            "pauses",
+            "pause p50",
+            "pause p95",
             PAUSE_WARNING,
-            "ended",
         ),
         rows,
     )
+    return "\n".join([drawn, "how each run ended:", *endings])
+
+
+def _ms(pauses: Sequence[float], fraction: float) -> str:
+    return f"{percentile(pauses, fraction) * 1000:.0f} ms" if pauses else "-"
 
 
 def _ending(record: RunRecord, incarnation: int, events: Sequence[dict[str, Any]]) -> str:
@@ -117,6 +131,6 @@ def _restores_table(record: RunRecord) -> str:
     rows.sort(key=lambda row: int(str(row[0]).split()[1]))
     return table(
         "restores",
-        ("run", "snapshot restored", "refused", "rollouts continued", "restarted from task"),
+        ("run", "snapshot restored", "refused", "continued", "restarted from task"),
         rows,
     )

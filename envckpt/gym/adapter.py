@@ -7,10 +7,17 @@ instance to the failure state the table defines; a coordination failure is
 re-raised as the picklable ``GymCheckpointUnavailable``.
 
     adapter = GymCheckpointAdapter(instance=inst, coordination=coordinator)
+    # or as NeMo RL's seed adapter is built: nemo-gym's ServerClient and the control token
+    adapter = GymCheckpointAdapter(instance=inst, client=server_client, auth_token=token)
     await adapter.discover()
     result = await adapter.prepare(cid, deadline_ts=d)
     summary = await adapter.commit(cid, root, result.continued(scope), deadline_ts=d)
     await adapter.resume(cid, deadline_ts=d)
+    await adapter.aclose()            # closes the HTTP transport a client= adapter made
+
+Episodes may be Gym's own objects (anything with ``rollout_id`` and
+``attempt``, such as nemo-gym's ``EpisodeId``): each is converted to an
+``EnvironmentEpisode`` before anything else (``summaries.as_episode``).
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
-import structlog
-
+from envckpt import logs
+from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.types import GymCoordination, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
@@ -30,9 +38,10 @@ from envckpt.errors import (
     IncompatibleCheckpoint,
     UnsupportedDeployment,
 )
+from envckpt.extras import missing_extra
 from envckpt.gym import replies
 from envckpt.gym.instance import GymCheckpointInstance
-from envckpt.gym.summaries import GymCheckpointCommitSummary
+from envckpt.gym.summaries import GymCheckpointCommitSummary, as_episodes
 from envckpt.machines.binding import MachineState, bind
 from envckpt.machines.tables import INSTANCE_LIFECYCLE, InstanceState
 from envckpt.protocol import ErrorCode
@@ -43,11 +52,58 @@ _LIFECYCLE = bind(INSTANCE_LIFECYCLE)
 class GymCheckpointAdapter:
     """Checkpoint operations for exactly one Gym deployment."""
 
-    def __init__(self, *, instance: GymCheckpointInstance, coordination: GymCoordination) -> None:
+    def __init__(
+        self,
+        *,
+        instance: GymCheckpointInstance,
+        coordination: GymCoordination | None = None,
+        client: Any = None,
+        auth_token: str | None = None,
+    ) -> None:
+        """Over ``coordination``, or, the seeds' way, nemo-gym's ``client`` and ``auth_token``.
+
+        ``client`` is a nemo-gym ``ServerClient`` (anything with its
+        ``global_config_dict``): the adapter then reaches every server of that
+        config over HTTP with ``auth_token`` (``HttpTransport``, from the
+        ``envckpt[http]`` extra) and owns the transport: ``aclose`` closes it.
+        """
+        self._owned_transport: Any = None
+        if coordination is None:
+            if client is None or not auth_token:
+                raise TypeError(
+                    "GymCheckpointAdapter needs coordination=, or client= (a nemo-gym "
+                    "ServerClient) with auth_token="
+                )
+            self._owned_transport = _transport_for(client, auth_token)
+            coordination = Coordinator(self._owned_transport, instance_id=instance.instance_id)
+        elif client is not None or auth_token is not None:
+            raise TypeError("give coordination= or client= with auth_token=, not both")
         self._instance = instance
         self._coordination = coordination
         self._participants: Participants | None = None
         self._machine: MachineState[InstanceState] = _LIFECYCLE.new(instance.instance_id)
+
+    @classmethod
+    def from_server_client(
+        cls,
+        *,
+        instance: GymCheckpointInstance,
+        client: Any,
+        auth_token: str,
+        **transport_options: Any,
+    ) -> GymCheckpointAdapter:
+        """The seeds' construction, with ``HttpTransport`` options (``max_connections``...)."""
+        transport = _transport_for(client, auth_token, **transport_options)
+        coordinator = Coordinator(transport, instance_id=instance.instance_id)
+        adapter = cls(instance=instance, coordination=coordinator)
+        adapter._owned_transport = transport
+        return adapter
+
+    async def aclose(self) -> None:
+        """Close the HTTP transport this adapter made from a ``client``; else nothing."""
+        transport, self._owned_transport = self._owned_transport, None
+        if transport is not None:
+            await transport.aclose()
 
     @property
     def instance(self) -> GymCheckpointInstance:
@@ -146,7 +202,7 @@ class GymCheckpointAdapter:
         *,
         deadline_ts: float,
     ) -> None:
-        scope = tuple(episodes)
+        scope = as_episodes(episodes)
         _LIFECYCLE.check(self._machine, "retire")
         with self._unavailable("retire"):
             await self._coordination.retire(
@@ -173,7 +229,7 @@ class GymCheckpointAdapter:
         *,
         deadline_ts: float,
     ) -> GymCheckpointCommitSummary:
-        scope = tuple(episodes)
+        scope = as_episodes(episodes)
         _LIFECYCLE.check(self._machine, "commit")
         checkpoint_dir = self._instance.checkpoint_dir(checkpoint_root)
         try:
@@ -207,7 +263,7 @@ class GymCheckpointAdapter:
         ``participants`` are the servers that committed the checkpoint; each
         must be live here, or its state would be silently dropped.
         """
-        scope = tuple(episodes)
+        scope = as_episodes(episodes)
         _LIFECYCLE.check(self._machine, "restore")
         missing = sorted(set(participants) - self.participants.names)
         if missing:
@@ -250,7 +306,7 @@ class GymCheckpointAdapter:
         all-or-nothing cleanup may have resumed it already). Resume runs even
         if the retire never succeeded, and the retire's failure is raised after.
         """
-        scope = tuple(episodes)
+        scope = as_episodes(episodes)
         if self.state is InstanceState.RESTORED:
             # Remember the decision before any I/O: the restore is void now.
             self._fire("abandon_restore", checkpoint_id)
@@ -266,7 +322,7 @@ class GymCheckpointAdapter:
             failure = None
             break
         if failure is not None:
-            structlog.get_logger("envckpt.adapter").warning(
+            logs.get_logger("envckpt.adapter").warning(
                 "abandon restore: retire failed",
                 instance_id=self._instance.instance_id,
                 failures=failure.failures,
@@ -284,3 +340,15 @@ class GymCheckpointAdapter:
                 self.participants, checkpoint_id, deadline_ts=deadline_ts
             )
         self._fire("resume", checkpoint_id)
+
+
+def _transport_for(client: Any, token: str, **options: Any) -> Any:
+    """``HttpTransport.from_server_client``; ``MissingExtra`` without ``envckpt[http]``."""
+    try:
+        from envckpt.http.client import HttpTransport
+    except ModuleNotFoundError as error:
+        extra = missing_extra(error)
+        if extra is None:
+            raise
+        raise extra from error
+    return HttpTransport.from_server_client(client, token=token, **options)

@@ -1,20 +1,58 @@
-"""Picklable results of one instance's prepare and commit.
+"""Picklable results of one instance's prepare and commit, and Gym's episodes made ours.
 
 They cross the Ray actor boundary, so they hold plain tuples and dicts.
 ``GymCheckpointCommitSummary`` refuses staging-key attributions that do not
 cover exactly the committed staging keys.
+
+Wherever an episode comes in, Gym's own objects are accepted as the NeMo RL
+seeds accept them: anything with ``rollout_id`` and ``attempt`` (nemo-gym's
+``EpisodeId``), or their wire form, is converted to an ``EnvironmentEpisode``
+first (``as_episode``), so it hashes, compares and sorts as ours do::
+
+    summary = GymCheckpointPrepareSummary.from_result(gym_prepare_result)
+    summary.restarts          # EnvironmentEpisode, sorted; blockers are tuples
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from envckpt.coordination.types import PrepareResult
 from envckpt.episodes import EnvironmentEpisode, excluding, sorted_episodes
 
 # Gym's episode identity is the backend-neutral one the ledger uses.
 GymCheckpointEpisode = EnvironmentEpisode
+
+
+def as_episode(value: object) -> EnvironmentEpisode:
+    """``value`` as an ``EnvironmentEpisode``: ours, an object with ``rollout_id`` and
+    ``attempt`` (Gym's ``EpisodeId``), or ``{"rollout_id", "attempt"}``; else TypeError."""
+    if isinstance(value, EnvironmentEpisode):
+        return value
+    if isinstance(value, Mapping):
+        return EnvironmentEpisode.from_wire(value)
+    rollout_id = getattr(value, "rollout_id", None)
+    attempt = getattr(value, "attempt", None)
+    if rollout_id is None or attempt is None:
+        raise TypeError(f"not an episode (needs rollout_id and attempt): {value!r}")
+    return EnvironmentEpisode(rollout_id, attempt)
+
+
+def as_episodes(values: Iterable[object]) -> tuple[EnvironmentEpisode, ...]:
+    """Each of ``values`` through ``as_episode``, order kept."""
+    return tuple(as_episode(value) for value in values)
+
+
+class PrepareOutcome(Protocol):
+    """What ``from_result`` reads: envckpt's ``PrepareResult``, or Gym's."""
+
+    @property
+    def prepared(self) -> bool: ...
+
+    def blockers(self) -> Mapping[str, Iterable[str]]: ...
+
+    def restarts(self) -> Iterable[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -37,6 +75,14 @@ class GymCheckpointCommitSummary:
     unowned_live_episodes: tuple[EnvironmentEpisode, ...] = ()
 
     def __post_init__(self) -> None:
+        # Gym's episode objects become ours, so they hash and compare as ours do.
+        object.__setattr__(self, "exported_episodes", as_episodes(self.exported_episodes))
+        object.__setattr__(self, "unowned_live_episodes", as_episodes(self.unowned_live_episodes))
+        object.__setattr__(
+            self,
+            "staging_keys_by_episode",
+            {as_episode(e): tuple(keys) for e, keys in self.staging_keys_by_episode.items()},
+        )
         attributed = {key for keys in self.staging_keys_by_episode.values() for key in keys}
         committed = set(self.staging_keys)
         if attributed != committed:
@@ -59,14 +105,21 @@ class GymCheckpointPrepareSummary:
     blockers: dict[str, tuple[str, ...]]
     restarts: tuple[EnvironmentEpisode, ...]
 
+    def __post_init__(self) -> None:
+        # As the seeds make them: blockers as tuples, restarts as sorted episodes.
+        blockers = {str(server): tuple(keys) for server, keys in self.blockers.items()}
+        object.__setattr__(self, "blockers", blockers)
+        object.__setattr__(self, "restarts", sorted_episodes(as_episodes(self.restarts)))
+
     @classmethod
-    def from_result(cls, result: PrepareResult) -> GymCheckpointPrepareSummary:
+    def from_result(cls, result: PrepareOutcome) -> GymCheckpointPrepareSummary:
+        """From envckpt's ``PrepareResult`` or Gym's: restarts converted to episodes first."""
         return cls(
             prepared=result.prepared,
-            blockers=result.blockers(),
-            restarts=sorted_episodes(result.restarts()),
+            blockers={server: tuple(keys) for server, keys in result.blockers().items()},
+            restarts=as_episodes(result.restarts()),
         )
 
-    def continued(self, episodes: tuple[EnvironmentEpisode, ...]) -> tuple[EnvironmentEpisode, ...]:
-        """``episodes`` minus the restarts: the commit scope."""
-        return excluding(episodes, self.restarts)
+    def continued(self, episodes: Iterable[object]) -> tuple[EnvironmentEpisode, ...]:
+        """``episodes`` (ours or Gym's) minus the restarts: the commit scope."""
+        return excluding(as_episodes(episodes), self.restarts)

@@ -35,14 +35,19 @@ _LOG = logs.get_logger("envckpt.transitions")
 
 
 class MachineState(Generic[S]):
-    """The running state of one model of a table (one instance, one participant)."""
+    """The running state of one model of a table (one instance, one participant).
 
-    __slots__ = ("entered_at", "name", "state")
+    ``log_fields`` are added to every ``transition`` event of this model (a
+    participant names its server and Gym instance there).
+    """
+
+    __slots__ = ("entered_at", "log_fields", "name", "state")
 
     def __init__(self, name: str, initial: S) -> None:
         self.name = name
         self.state = initial
         self.entered_at = time.monotonic()
+        self.log_fields: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"MachineState({self.name!r}, state={self.state!r})"
@@ -134,6 +139,7 @@ class BoundMachine(Generic[S]):
             dest=record.dest,
             checkpoint_id=record.checkpoint_id,
             elapsed=record.elapsed,
+            **model.log_fields,
         )
         return record
 

@@ -17,7 +17,9 @@ control routes (``mount_participant``) with the bearer token from
 * ``simple_agent`` and ``gymnasium_agent`` get their checkpointable runs
   (``simple_agent.py``, ``gymnasium_agent.py``); another agent class is refused.
 
-The participant is reachable as ``server.envckpt`` (tests and adapters).
+The participant is reachable as ``server.envckpt`` (tests and adapters). Its
+events name the Gym instance the config's ``envckpt.instance_id`` gives
+(``shard/replica-0``; the job writes it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, TypeVar
 from pydantic import PrivateAttr
 
 from envckpt.http.routes import mount_participant
-from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token
+from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block
 
 T = TypeVar("T")
 ATTRIBUTE = "_envckpt"
@@ -90,6 +92,8 @@ def checkpointable(server_cls: type[T], *, token: str | None = None) -> type[T]:
     def setup_webserver(self: Any) -> Any:
         app = server_cls.setup_webserver(self)  # type: ignore[attr-defined]
         participant = install(self, app)
+        block = envckpt_block(getattr(self.server_client, "global_config_dict", None))
+        participant.core.set_gym_instance(block.get("instance_id"))  # named in its events
         setattr(self, ATTRIBUTE, participant)
         mount_participant(app, participant.core, token=token or control_token())
         ready_file = os.environ.get(READY_FILE_ENV)

@@ -122,6 +122,7 @@ def incarnation_config(
     config = copy.deepcopy(dict(deployment.config))
     block = dict(config.get("envckpt") or {})
     block.update(
+        instance_id=deployment.instance.instance_id,
         staging_url=staging_url,
         audit_dir=str(spec.directory / "audit"),
         scripted_policy_latency=spec.policy_latency,

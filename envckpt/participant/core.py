@@ -35,8 +35,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.episodes import EnvironmentEpisode, capture_keys
 from envckpt.errors import ParticipantError
@@ -72,6 +71,7 @@ class ParticipantCore:
         instance: str | None = None,
         clock: Clock | None = None,
         lease_grace: float = DEFAULT_LEASE_GRACE_SECONDS,
+        gym_instance_id: str | None = None,
     ) -> None:
         self.server_name = server_name
         self.kind: Kind = parse_kind(kind)
@@ -82,6 +82,7 @@ class ParticipantCore:
         self.lease_grace = lease_grace
         self.fence = AttemptFence()
         self._phase = _PHASES.new(server_name)
+        self.set_gym_instance(gym_instance_id)
         self._lock = asyncio.Lock()
         # Set whenever in-flight work or the phase changes; prepare waits on it.
         self._changed = asyncio.Event()
@@ -94,6 +95,20 @@ class ParticipantCore:
         self.before_publish: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ views
+
+    def set_gym_instance(self, gym_instance_id: str | None) -> None:
+        """The Gym instance ("shard/replica-0") this server is part of (``instance`` is a path
+        component, not that id): every event of this participant names it and the server."""
+        self.gym_instance_id = gym_instance_id
+        self._phase.log_fields = {"server": self.server_name, "gym_instance_id": gym_instance_id}
+
+    @property
+    def log_fields(self) -> dict[str, Any]:
+        return dict(self._phase.log_fields)
+
+    @property
+    def log(self) -> logs.EnvckptLogger:
+        return logs.get_logger("envckpt.participant").bind(**self._phase.log_fields)
 
     @property
     def phase(self) -> Phase:
@@ -361,8 +376,7 @@ class ParticipantCore:
         """A participant left open past its lease resumes itself (an abort)."""
         lease = self.lease_expires_at
         if lease is not None and self.clock.now() > lease:
-            log = structlog.get_logger("envckpt.participant").bind(server=self.server_name)
-            log.warning("lease expired; resuming", checkpoint_id=self.checkpoint_id)
+            self.log.warning("lease expired; resuming", checkpoint_id=self.checkpoint_id)
             await self._abort("expire")
 
     async def expire_if_due(self) -> None:

@@ -13,7 +13,6 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
 from envckpt.errors import ParticipantError
@@ -97,9 +96,7 @@ async def _authenticated(
     except ParticipantError as error:
         return _refusal(error)
     except Exception as error:  # the envelope, never a bare 500 page
-        structlog.get_logger("envckpt.participant").exception(
-            "control call failed", server=core.server_name, route=route
-        )
+        core.log.exception("control call failed", route=route)
         return _refusal(ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}"))
 
 

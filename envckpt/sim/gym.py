@@ -67,6 +67,8 @@ class GymConfig:
     tool_latency: float = 0.0
     park_poll_seconds: float = DEFAULT_PARK_POLL_SECONDS
     audit_path: str | None = None
+    # The Gym instance id ("shard/replica-0") every participant's events name.
+    instance_id: str | None = None
 
     def __post_init__(self) -> None:
         if self.resources_mode not in MODES:
@@ -126,8 +128,10 @@ class SimulatedGym:
         clock: Clock | None = None,
         faults: FaultPlan | None = None,
         staging_sink: StagingSink | None = None,
+        instance_id: str | None = None,
     ) -> None:
         config = GymConfig(
+            instance_id=instance_id,
             seed=seed,
             resources_mode=resources_mode,
             judge=judge,
@@ -177,6 +181,8 @@ class SimulatedGym:
             AGENT_SERVER: self.agent.core,
             RESOURCES_SERVER: self.tool.core,
         }
+        for core in self.cores.values():
+            core.set_gym_instance(config.instance_id)
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         if config.judge:
             servers[JUDGE_SERVER] = None  # a judge model has no control routes

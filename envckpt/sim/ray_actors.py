@@ -18,6 +18,7 @@ Importing this module never imports ray (an optional extra):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -53,6 +54,7 @@ class GymInstanceActor(InstanceActor):
             from envckpt.sim.data_clients import HttpStagingSink  # the http extra
 
             sink = HttpStagingSink(rows_url, rows_token or "")
+        config = dataclasses.replace(config, instance_id=instance.instance_id)
         self._gym = SimulatedGym.from_config(config, staging_sink=sink)
         super().__init__(
             LocalInstance(

@@ -17,7 +17,7 @@ As a process (the demo and the end-to-end tests start these and SIGKILL them)::
 
     python -m envckpt.sim.server --seed 7 --token T --ready-file urls.json \\
         [--resources-mode stateless] [--audit audit.jsonl] [--rows-url URL --rows-token T] \\
-        [--log-json gym.jsonl]
+        [--log-json gym.jsonl] [--instance-id shard/replica-0]
 
 It writes ``{server_name: base_url}`` to the ready file atomically once every
 server listens, and stops cleanly on SIGTERM or SIGINT. The token may also
@@ -100,8 +100,10 @@ class GymServers:
         clock: Clock | None = None,
         lease_check_seconds: float = DEFAULT_LEASE_CHECK_SECONDS,
         host: str = DEFAULT_HOST,
+        instance_id: str | None = None,
     ) -> None:
         config = GymConfig(
+            instance_id=instance_id,
             seed=seed,
             resources_mode=resources_mode,
             judge=judge,
@@ -222,6 +224,8 @@ class GymServers:
                 clock=self.clock,
                 park_poll_seconds=self.config.park_poll_seconds,
             )
+            for core in (self.model.core, self.tool.core, agent.core):
+                core.set_gym_instance(self.config.instance_id)
             agent_app = self._participant_app(agent.core)
             agent_app.include_router(agent_router(agent))
             agent_url = await stack.enter_async_context(serve(agent_app, host=self.host))
@@ -282,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-judge", action="store_true", help="serve no judge model")
     parser.add_argument(
         "--ready-file", type=Path, required=True, help="write {server: base_url} JSON here"
+    )
+    parser.add_argument(
+        "--instance-id", default=None, help="the Gym instance id its events name (shard/replica-0)"
     )
     parser.add_argument(
         "--log-json",
@@ -356,6 +363,7 @@ async def serve_until_signalled(args: argparse.Namespace, token: str) -> None:
             tool_latency=args.tool_latency,
             audit_path=args.audit,
             staging_sink=sink,
+            instance_id=args.instance_id,
         ) as servers:
             write_ready_file(args.ready_file, servers.urls)
             await stop.wait()

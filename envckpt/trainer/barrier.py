@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock, remaining
 from envckpt.errors import DeadlineExceeded, EnvckptError
 
@@ -224,7 +223,7 @@ class DataPlaneBarrier:
             self._release(owner, cut)
             self._checkpoint_active = False
             self._wake()
-            structlog.get_logger().debug(
+            logs.get_logger("envckpt.barrier").debug(
                 "barrier.checkpoint_section",
                 waited_seconds=entered - started,
                 held_seconds=self._clock.now() - entered,

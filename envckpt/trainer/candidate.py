@@ -36,7 +36,7 @@ from envckpt.trainer.dataplane import StagedDataPlane
 from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.ledger_entry import restore_mismatches
-from envckpt.trainer.snapshot_manifest import SnapshotManifest, verify_snapshot
+from envckpt.trainer.snapshot_manifest import OnBytes, SnapshotManifest, verify_snapshot
 
 
 class SidecarReader(Protocol):
@@ -65,9 +65,13 @@ def check_candidate(
     *,
     data_plane_path: Path,
     sidecar_readers: Mapping[str, SidecarReader] | None = None,
+    on_bytes: OnBytes | None = None,
 ) -> CheckedCandidate:
-    """Steps 1-5 above; ``CorruptCheckpoint`` names the first problem."""
-    manifest = verify_snapshot(path)
+    """Steps 1-5 above; ``CorruptCheckpoint`` names the first problem.
+
+    ``on_bytes`` hears the progress of step 1's hashing (``envckpt snapshots verify``).
+    """
+    manifest = verify_snapshot(path, on_bytes=on_bytes)
     ledger = RecoveryLedger.load(path / LEDGER_NAME)
     sidecars: dict[str, object] = {}
     for name, read in sorted((sidecar_readers or {}).items()):

@@ -27,8 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError, ProtocolViolation
@@ -244,7 +243,7 @@ class RolloutJob:
 
     async def _attempts(self, rollout_id: str) -> None:
         task = self.tasks[rollout_id]
-        log = structlog.get_logger("envckpt.job").bind(rollout_id=rollout_id)
+        log = logs.get_logger("envckpt.job").bind(rollout_id=rollout_id)
         while True:
             await self.gate.wait_open()
             async with self.barrier.mutation() as cut:

@@ -19,7 +19,9 @@ and ``.trash`` (``clean_debris``).
 
 There is no ``LATEST`` pointer: a second record of "the newest" would go
 stale after a crash between the rename and its own write. The candidates are
-listed and ordered by their verified manifests' ``created_at``.
+listed and ordered by their verified manifests' ``created_at`` (snapshot ids
+carry the trainer's step when it was given, so they sort by step as well;
+``envckpt.trainer.catalog`` reads them by step).
 """
 
 from __future__ import annotations
@@ -125,6 +127,18 @@ class SnapshotLayout:
             crashpoint("prune.in_trash")
             shutil.rmtree(moved, ignore_errors=True)
         return [path.name for path in doomed]
+
+    def delete(self, checkpoint_id: str) -> None:
+        """Remove one published snapshot, as ``prune`` does: out by a rename, then deleted.
+
+        ``FileNotFoundError`` if no published snapshot has that id.
+        """
+        path = self.snapshots / validate_checkpoint_id(checkpoint_id)
+        if not path.is_dir():
+            raise FileNotFoundError(f"no published snapshot {checkpoint_id} in {self.snapshots}")
+        moved = self._move_out(path, self.trash)
+        crashpoint("prune.in_trash")
+        shutil.rmtree(moved, ignore_errors=True)
 
     def quarantine(self, path: Path, reason: str) -> Path:
         """Move a snapshot whose content was refused into ``refused/``, the reason beside it."""

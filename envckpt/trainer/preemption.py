@@ -30,12 +30,11 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock, remaining
 from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
 
-_log = structlog.get_logger("envckpt.preemption")
+_log = logs.get_logger("envckpt.preemption")
 
 
 class JobSignals:

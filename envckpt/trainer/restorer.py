@@ -37,8 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
+from envckpt import logs
 from envckpt.crashpoints import crashpoint
 from envckpt.errors import (
     CorruptCheckpoint,
@@ -122,7 +121,7 @@ class Restorer:
         return report
 
     async def _restore_newest(self, data_plane_path: Path) -> RestoreReport:
-        log = structlog.get_logger("envckpt.restorer")
+        log = logs.get_logger("envckpt.restorer")
         debris = await asyncio.to_thread(self.layout.clean_debris)
         considered: list[Considered] = []
         for path in self.layout.published():
@@ -175,7 +174,7 @@ class Restorer:
             plane.close()
             raise
         crashpoint("restore.after")
-        structlog.get_logger("envckpt.restorer").info(
+        logs.get_logger("envckpt.restorer").info(
             "restored",
             snapshot=path.name,
             continued=len(plan.continued),
@@ -214,7 +213,7 @@ class Restorer:
                 reason=reason,
                 action=_action_for(error, path),
             )
-        structlog.get_logger("envckpt.restorer").error(
+        logs.get_logger("envckpt.restorer").error(
             "environment restore failed",
             snapshot=path.name,
             reason=reason,

@@ -30,12 +30,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import structlog
-
+from envckpt import logs
 from envckpt.trainer.job_errors import SnapshotsFailing
 from envckpt.trainer.snapshotter import RolloutSnapshotter, SnapshotResult
 
-_log = structlog.get_logger("envckpt.snapshot_loop")
+_log = logs.get_logger("envckpt.snapshot_loop")
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,22 +1,29 @@
 """``MANIFEST.json``: the rollout snapshot's own manifest, verifiable by itself.
 
 Written last into the temporary directory, just before the rename that
-publishes it: checkpoint id, creation time, metrics, and the sha256 and size
-of every other file of the snapshot. It is a checksummed JSON document
+publishes it: checkpoint id, creation time, the trainer's step and policy
+version (when the trainer gave them), metrics, and the sha256 and size of
+every other file of the snapshot. It is a checksummed JSON document
 (``envckpt.checksummed``), so an edited field (say ``created_at``, which
 orders the candidates at restore) is refused like a damaged file.
 
-    manifest = build_snapshot_manifest(tmp, checkpoint_id=cid, created_at=now, metrics=m)
+    manifest = build_snapshot_manifest(tmp, checkpoint_id=cid, created_at=now, metrics=m,
+                                       step=120, policy_version="v7")
     write_snapshot_manifest(tmp, manifest)
     manifest = verify_snapshot(published_dir)     # CorruptCheckpoint if anything differs
+    verify_snapshot(published_dir, on_bytes=bar.advance)   # progress while hashing
     read_created_at(published_dir)                # ordering only; None if unreadable
+
+Schema 3 added ``step`` and ``policy_version``; a schema 2 manifest (written
+before) still reads, with neither.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +35,13 @@ from envckpt.ids import validate_checkpoint_id
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_KIND = "envckpt.rollout_snapshot"
-# 2: the manifest carries its own checksum (1 had none).
-SCHEMA_VERSION = 2
-_FIELDS = ("checkpoint_id", "created_at", "files", "metrics")
+# 2: the manifest carries its own checksum (1 had none). 3: step, policy_version.
+SCHEMA_VERSION = 3
+_FIELDS_V2 = ("checkpoint_id", "created_at", "files", "metrics")
+_FIELDS = {2: _FIELDS_V2, SCHEMA_VERSION: (*_FIELDS_V2, "step", "policy_version")}
 _HASH_CHUNK = 1024 * 1024
+# Called with the number of bytes just hashed (a progress bar's advance).
+OnBytes = Callable[[int], object]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,11 +52,25 @@ class SnapshotManifest:
     created_at: float
     files: Mapping[str, tuple[str, int]]
     metrics: Mapping[str, float]
+    # The trainer's step and policy version when the snapshot was taken (None: not given).
+    step: int | None = None
+    policy_version: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_step(self.step)
+        validate_policy_version(self.policy_version)
+
+    @property
+    def size(self) -> int:
+        """Bytes of every listed file (the manifest itself not counted)."""
+        return sum(size for _, size in self.files.values())
 
     def body(self) -> dict[str, Any]:
         return {
             "checkpoint_id": self.checkpoint_id,
             "created_at": self.created_at,
+            "step": self.step,
+            "policy_version": self.policy_version,
             "files": {
                 name: {"sha256": digest, "size": size}
                 for name, (digest, size) in sorted(self.files.items())
@@ -61,34 +85,58 @@ class SnapshotManifest:
         )
 
 
-def hash_file(path: Path) -> tuple[str, int]:
+def validate_step(step: object) -> int | None:
+    """``step`` if it is None or a non-negative int (bool refused), else ValueError."""
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise ValueError(f"step must be a non-negative integer or None, got {step!r}")
+    return step
+
+
+def validate_policy_version(version: object) -> str | None:
+    """``version`` if it is None or a non-empty string, else ValueError."""
+    if version is not None and (not isinstance(version, str) or not version):
+        raise ValueError(f"policy_version must be a non-empty string or None, got {version!r}")
+    return version
+
+
+def hash_file(path: Path, on_bytes: OnBytes | None = None) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as stream:
         while chunk := stream.read(_HASH_CHUNK):
             digest.update(chunk)
             size += len(chunk)
+            if on_bytes is not None:
+                on_bytes(len(chunk))
     return digest.hexdigest(), size
 
 
-def hashed_files(directory: Path) -> dict[str, tuple[str, int]]:
+def hashed_files(directory: Path, on_bytes: OnBytes | None = None) -> dict[str, tuple[str, int]]:
     """Every regular file below ``directory`` but the top manifest (posix path -> digest, size)."""
     files: dict[str, tuple[str, int]] = {}
     for path in sorted(directory.rglob("*")):
         top_manifest = path.parent == directory and path.name == MANIFEST_NAME
         if path.is_file() and not top_manifest:
-            files[path.relative_to(directory).as_posix()] = hash_file(path)
+            files[path.relative_to(directory).as_posix()] = hash_file(path, on_bytes)
     return files
 
 
 def build_snapshot_manifest(
-    directory: Path, *, checkpoint_id: str, created_at: float, metrics: Mapping[str, float]
+    directory: Path,
+    *,
+    checkpoint_id: str,
+    created_at: float,
+    metrics: Mapping[str, float],
+    step: int | None = None,
+    policy_version: str | None = None,
 ) -> SnapshotManifest:
     return SnapshotManifest(
         checkpoint_id=checkpoint_id,
         created_at=created_at,
         files=hashed_files(directory),
         metrics=dict(metrics),
+        step=step,
+        policy_version=policy_version,
     )
 
 
@@ -99,8 +147,9 @@ def write_snapshot_manifest(directory: Path, manifest: SnapshotManifest) -> None
 def read_snapshot_manifest(directory: Path) -> SnapshotManifest:
     """The manifest of ``directory``, its own checksum and fields checked; files not checked."""
     path = directory / MANIFEST_NAME
+    schema = _schema_of(path)
     body = checksummed.read(
-        path, kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, fields=_FIELDS, what="manifest"
+        path, kind=MANIFEST_KIND, schema_version=schema, fields=_FIELDS[schema], what="manifest"
     )
     try:
         checkpoint_id = validate_checkpoint_id(body["checkpoint_id"])
@@ -114,9 +163,26 @@ def read_snapshot_manifest(directory: Path) -> SnapshotManifest:
             for name, entry in dict(body["files"]).items()
         }
         metrics = {str(k): float(v) for k, v in dict(body["metrics"]).items()}
+        return SnapshotManifest(
+            checkpoint_id,
+            float(created_at),
+            files,
+            metrics,
+            step=body.get("step"),
+            policy_version=body.get("policy_version"),
+        )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CorruptCheckpoint(f"invalid snapshot manifest: {error}", path=str(path)) from error
-    return SnapshotManifest(checkpoint_id, float(created_at), files, metrics)
+
+
+def _schema_of(path: Path) -> int:
+    """The schema the manifest claims, when this build reads it; else the current one,
+    so ``checksummed.read`` refuses it with its own message (missing, not JSON, future)."""
+    try:
+        claimed = json.loads(path.read_bytes()).get("schema_version")
+    except (OSError, ValueError, AttributeError):
+        return SCHEMA_VERSION
+    return claimed if type(claimed) is int and claimed in _FIELDS else SCHEMA_VERSION
 
 
 def read_created_at(directory: Path) -> float | None:
@@ -127,14 +193,15 @@ def read_created_at(directory: Path) -> float | None:
         return None
 
 
-def verify_snapshot(directory: Path) -> SnapshotManifest:
+def verify_snapshot(directory: Path, *, on_bytes: OnBytes | None = None) -> SnapshotManifest:
     """Check the manifest and every file's digest; ``CorruptCheckpoint`` otherwise.
 
     Files the manifest does not list, and listed files that are missing, both
     make the snapshot unusable: it must look exactly as it was published.
+    ``on_bytes`` hears every chunk hashed (``manifest.size`` bytes in all when whole).
     """
     manifest = read_snapshot_manifest(directory)
-    actual = hashed_files(directory)
+    actual = hashed_files(directory, on_bytes)
     listed = manifest.files
     if set(actual) != set(listed):
         raise CorruptCheckpoint(

@@ -2,10 +2,15 @@
 
     snapshotter = RolloutSnapshotter(root, env_checkpoint=env, barrier=barrier,
                                      ledger=ledger, data_plane=plane)
+    snapshotter.set_step(120, policy_version="v7")  # the trainer's step, as it advances
     async with snapshotter.snapshot() as result:    # published when entered
         ...                                         # environment still paused
     # environment resumed, dispatch reopened; result.metrics complete
-    result = await snapshotter.take()               # the same with nothing to do while paused
+    result = await snapshotter.take(step=121)       # the same with nothing to do while paused
+
+Every snapshot records the trainer's step and policy version (the ones set,
+or the ones passed to this call) in ``MANIFEST.json``; with a step, the id
+is ``rollouts-step<step, 10 digits>-<random>``, so ids sort by step.
 
 Phases, in order, each with its failure rule (what is undone, what the
 caller sees), in the manner of a two-phase commit:
@@ -47,8 +52,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
+from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes
@@ -60,7 +64,11 @@ from envckpt.trainer.dispatch_gate import DispatchGate
 from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR, SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.root_guard import RootLock
-from envckpt.trainer.snapshot_manifest import build_snapshot_manifest
+from envckpt.trainer.snapshot_manifest import (
+    build_snapshot_manifest,
+    validate_policy_version,
+    validate_step,
+)
 
 __all__ = [
     "DATA_PLANE_NAME",
@@ -72,7 +80,16 @@ __all__ = [
 ]
 
 Sidecar = Callable[[MutationCut], bytes]
-_log = structlog.get_logger("envckpt.snapshotter")
+_log = logs.get_logger("envckpt.snapshotter")
+# A step is written with this many digits in the snapshot id, so ids sort by step.
+STEP_DIGITS = 10
+
+
+def snapshot_id(step: int | None) -> str:
+    """A fresh snapshot id: ``rollouts-step0000000120-<hex>``, or ``rollouts-<hex>`` without."""
+    if step is None:
+        return mint_checkpoint_id("rollouts")
+    return mint_checkpoint_id(f"rollouts-step{step:0{STEP_DIGITS}d}")
 
 
 @dataclass
@@ -86,6 +103,8 @@ class SnapshotResult:
     metrics: dict[str, float] = field(default_factory=dict)
     # Set by ``take`` when the snapshot was published but resuming failed.
     resume_error: str = ""
+    step: int | None = None
+    policy_version: str | None = None
 
 
 @dataclass
@@ -94,6 +113,8 @@ class _Attempt:
 
     checkpoint_id: str
     paused_at: float
+    step: int | None = None
+    policy_version: str | None = None
     phase: str = "begin"
     temporary: Path | None = None
     published: SnapshotResult | None = None
@@ -122,9 +143,13 @@ class RolloutSnapshotter:
         save_lock: asyncio.Lock | None = None,
         clock: Clock | None = None,
         lock: RootLock | None = None,
+        step: int | None = None,
+        policy_version: str | None = None,
     ) -> None:
         if keep_latest_k < 1:
             raise ValueError("keep_latest_k must be at least 1")
+        self.step = validate_step(step)
+        self.policy_version = validate_policy_version(policy_version)
         self.layout = SnapshotLayout(root)
         self.lock = lock or RootLock.acquire(self.layout.root)
         self.env = env_checkpoint
@@ -143,11 +168,24 @@ class RolloutSnapshotter:
         self.history: list[SnapshotResult] = []
         self._last_resumed_at: float | None = None
 
-    async def take(self, *, reason: str = "requested") -> SnapshotResult:
+    def set_step(self, step: int | None, *, policy_version: str | None = None) -> None:
+        """The trainer's step (and policy version) every later snapshot records."""
+        self.step = validate_step(step)
+        self.policy_version = validate_policy_version(policy_version)
+
+    async def take(
+        self,
+        *,
+        reason: str = "requested",
+        step: int | None = None,
+        policy_version: str | None = None,
+    ) -> SnapshotResult:
         """Take one snapshot with nothing to do while paused; see phase 7 for resume errors."""
         result: SnapshotResult | None = None
         try:
-            async with self.snapshot(reason=reason) as result:
+            async with self.snapshot(
+                reason=reason, step=step, policy_version=policy_version
+            ) as result:
                 pass
         except Exception as error:
             if result is None:
@@ -162,10 +200,30 @@ class RolloutSnapshotter:
         return result
 
     @contextlib.asynccontextmanager
-    async def snapshot(self, *, reason: str = "timer") -> AsyncIterator[SnapshotResult]:
-        """Phases 1-7 above. ``reason`` is logged; only timer snapshots warn about pauses."""
+    async def snapshot(
+        self,
+        *,
+        reason: str = "timer",
+        step: int | None = None,
+        policy_version: str | None = None,
+    ) -> AsyncIterator[SnapshotResult]:
+        """Phases 1-7 above. ``reason`` is logged; only timer snapshots warn about pauses.
+
+        ``step`` and ``policy_version`` override the ones ``set_step`` gave, for this one.
+        """
+        step = self.step if step is None else validate_step(step)
+        version = (
+            self.policy_version
+            if policy_version is None
+            else validate_policy_version(policy_version)
+        )
         async with self.save_lock:
-            attempt = _Attempt(mint_checkpoint_id("rollouts"), paused_at=self.clock.now())
+            attempt = _Attempt(
+                snapshot_id(step),
+                paused_at=self.clock.now(),
+                step=step,
+                policy_version=version,
+            )
             try:
                 attempt.temporary = self.layout.new_temporary(attempt.checkpoint_id)
                 attempt.phase = "pause"
@@ -209,11 +267,7 @@ class RolloutSnapshotter:
         attempt.phase = "publish"
         started = self.clock.now()
         assert attempt.temporary is not None
-        publishing = asyncio.ensure_future(
-            asyncio.to_thread(
-                self._write_and_rename, attempt.temporary, attempt.checkpoint_id, attempt.metrics
-            )
-        )
+        publishing = asyncio.ensure_future(asyncio.to_thread(self._write_and_rename, attempt))
         try:
             path, size = await asyncio.shield(publishing)
         except asyncio.CancelledError:
@@ -228,18 +282,27 @@ class RolloutSnapshotter:
         except OSError as error:
             pruned = []
             _log.warning("pruning old snapshots failed; the new one stands", error=str(error))
-        _log.info("snapshot published", checkpoint_id=result.checkpoint_id, pruned=pruned)
+        _log.info(
+            "snapshot published",
+            checkpoint_id=result.checkpoint_id,
+            step=result.step,
+            pruned=pruned,
+        )
         crashpoint("snapshot.after_publish")
         return result
 
-    def _write_and_rename(
-        self, temporary: Path, checkpoint_id: str, metrics: Mapping[str, float]
-    ) -> tuple[Path, int]:
+    def _write_and_rename(self, attempt: _Attempt) -> tuple[Path, int]:
+        assert attempt.temporary is not None
         manifest = build_snapshot_manifest(
-            temporary, checkpoint_id=checkpoint_id, created_at=self.clock.now(), metrics=metrics
+            attempt.temporary,
+            checkpoint_id=attempt.checkpoint_id,
+            created_at=self.clock.now(),
+            metrics=attempt.metrics,
+            step=attempt.step,
+            policy_version=attempt.policy_version,
         )
-        path = self.layout.publish(temporary, manifest)
-        return path, sum(size for _, size in manifest.files.values())
+        path = self.layout.publish(attempt.temporary, manifest)
+        return path, manifest.size
 
     def _published(
         self,
@@ -257,6 +320,8 @@ class RolloutSnapshotter:
             exported_episodes=_exported(env_snapshot),
             restarted_rollouts=0 if env_snapshot is None else env_snapshot.restarted_rollouts,
             metrics=attempt.metrics,
+            step=attempt.step,
+            policy_version=attempt.policy_version,
         )
         attempt.published = result
         self.history.append(result)

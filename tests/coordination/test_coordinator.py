@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from envckpt.coordination.coordinator import (
     CLEANUP_SECONDS,
@@ -474,17 +475,21 @@ async def test_restore_is_all_or_nothing(tmp_path: Path) -> None:
 
 
 async def test_restore_cleanup_retires_past_a_failing_stage(tmp_path: Path) -> None:
-    """If the environment cannot retire, the later stages are still retired and resumed."""
+    """If the environment cannot retire, the later stages are still retired and resumed;
+    the warning names the Gym instance."""
     source, _, _ = await committed_cluster(tmp_path)
     cluster = source.fresh()
     participants = await discovered(cluster)
     cluster.faults.add("error", server="tools", route="restore")
     cluster.faults.add("unreachable", server="env", route="retire")
-    with pytest.raises(CoordinationError) as caught:
+    cluster.coordinator.instance_id = "shard/replica-0"
+    with capture_logs() as logs, pytest.raises(CoordinationError) as caught:
         await cluster.coordinator.restore(
             participants, "rst-1", str(tmp_path), [ep("r1")], deadline_ts=cluster.deadline()
         )
     assert set(caught.value.failures) == {"tools"}
+    [warned] = [e for e in logs if e["event"] == "restore cleanup: retire failed"]
+    assert (warned["instance_id"], warned["checkpoint_id"]) == ("shard/replica-0", "rst-1")
     assert cluster.cores["env"].fence.mark("r1") is None
     for name in ("policy", "agent-a", "agent-b", "tools"):
         assert cluster.cores[name].fence.mark("r1") == 1

@@ -25,6 +25,9 @@ def test_the_in_process_demo_kills_twice_restores_and_passes(tmp_path: Path) -> 
     assert "VERDICT: PASS" in output and "FAIL" not in output.replace("failed snapshots", "")
     assert "SIGKILL after" in output and "SIGKILL inside the restore" in output
     assert "work saved:" in output
+    # Tables and text within 100 columns (the line naming the directory holds its path).
+    lines = [line for line in output.splitlines() if str(tmp_path) not in line]
+    assert max(len(line) for line in lines) <= 100, "CI logs never wrap"
     verdict = json.loads((tmp_path / "verdict.json").read_text())
     assert set(verdict) == {"passed", "checks", *NUMBERS}
     assert verdict["passed"] is True and verdict["kills"] == 2 and verdict["restores"] == 1

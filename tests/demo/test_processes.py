@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
+from envckpt.cli import main
 from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.demo.summary import run_pauses
+from envckpt.machines.overlay import load_records, overlay
+from envckpt.machines.tables import ALL_TABLES, PARTICIPANT_PHASES
 
 from helpers.demo_cli import run_main
 
@@ -31,6 +36,27 @@ def test_the_process_demo_kills_for_real_and_passes_its_verdict(tmp_path: Path) 
     events = list(read_events(tmp_path / EVENTS_NAME))
     for incarnation in (1, 2, 3):
         assert run_pauses(events, incarnation)[1] == 0, "a snapshot paused longer than it ran"
+    assert_logs_overlay_every_machine(tmp_path)
+
+
+def assert_logs_overlay_every_machine(directory: Path) -> None:
+    """The Gym servers' JSON-lines logs draw participant_phases; with the trainer's, every chart."""
+    gym_logs = sorted((directory / "run").glob("gym-*-*.jsonl"))
+    assert len(gym_logs) == 2 * 3, "one log per Gym server process of each run"
+    entries = [json.loads(line) for log in gym_logs for line in log.read_text().splitlines()]
+    phases = [e for e in entries if e.get("machine") == "participant_phases"]
+    assert phases and {e["gym_instance_id"] for e in phases} == {
+        "demo/replica-0",
+        "demo/replica-1",
+    }
+    assert {e["server"] for e in phases} == {"policy_model", "simple_agent", "tool_resources"}
+    chart = overlay(PARTICIPANT_PHASES, load_records(gym_logs))
+    assert '==>|"prepare' in chart and '==>|"commit' in chart and '==>|"restore' in chart
+    logs = [*gym_logs, *sorted(directory.glob("trainer-*.log"))]
+    for table in ALL_TABLES:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(["statecharts", "--overlay", *map(str, logs), "--machine", table.name])
+        assert code == 0 and " ==>|" in out.getvalue(), table.name
 
 
 def test_the_process_demo_preempted_by_sigterm_redoes_no_turn(tmp_path: Path) -> None:

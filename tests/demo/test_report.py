@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envckpt.demo.report import NUMBERS, Verdict, pause_warnings, summarize_pauses, table
+from envckpt.demo.report import NUMBERS, Verdict, pause_warnings, table
 
 
 def test_a_table_aligns_its_columns() -> None:
@@ -47,9 +47,14 @@ def test_pause_warnings_count_timer_snapshots_that_paused_longer_than_the_job_ra
     assert pause_warnings(snapshots) == 1
 
 
-def test_pauses_are_summarized_with_percentiles() -> None:
-    """p50, p95 and the mean in milliseconds; nothing to say without snapshots."""
-    assert summarize_pauses([]) == "no snapshots"
-    assert summarize_pauses([0.1, 0.2, 0.3]) == (
-        "3 snapshots, pause p50 200 ms, p95 300 ms, mean 200 ms"
-    )
+def test_tables_and_the_verdict_fit_100_columns_whatever_the_cells_hold() -> None:
+    """Long cells wrap inside their column: no line of a table or verdict passes 100."""
+    text = table("wide", ("run", "what happened"), [("run 1", "x " * 150), ("run 2", "y" * 240)])
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert text.count("y") == 240, "a cell too long for its column wraps, never truncates"
+    verdict = Verdict()
+    verdict.check("a check whose name alone is about sixty characters long!!", True, "d " * 90)
+    verdict.check("short", False, "")
+    rendered = verdict.render()
+    assert max(len(line) for line in rendered.splitlines()) <= 100
+    assert "| FAIL | short" in rendered and rendered.endswith("VERDICT: FAIL")

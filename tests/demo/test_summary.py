@@ -38,6 +38,7 @@ def test_each_run_ending_and_restore_is_described(tmp_path: Path) -> None:
     assert "exit 3: another trainer holds the root" in text
     assert "(killed inside the restore)" in text and "(none: fresh start)" in text
     assert "12 turns carried over" in text and "3 turns recomputed" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
 
 
 def test_run_pauses_read_one_runs_snapshots(tmp_path: Path) -> None:

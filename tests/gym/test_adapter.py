@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from structlog.testing import capture_logs
@@ -15,6 +19,7 @@ from envckpt.errors import (
     IncompatibleCheckpoint,
     UnsupportedDeployment,
 )
+from envckpt.extras import MissingExtra
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 
@@ -281,3 +286,97 @@ async def test_cancelled_prepare_leaves_the_instance_resumable() -> None:
     assert adapter.state == "failed"
     await adapter.resume("c1", deadline_ts=far(deployment))
     assert all(core.phase == "idle" for core in deployment.cores.values())
+
+
+# ---- built the seeds' way: nemo-gym's ServerClient and the control token ----------
+
+
+async def test_an_adapter_built_from_a_server_client_runs_the_same_cycle(tmp_path: Path) -> None:
+    """client= and auth_token= reach every server over HTTP; the spine fires as ever."""
+    from envckpt.sim.server import GymServers
+
+    from helpers.sim_server_client import server_client_for
+
+    token = "drop-in-token-0123456789"
+    async with GymServers(token=token, seed=1) as servers:
+        client = server_client_for(servers.urls)
+        adapter = GymCheckpointAdapter(instance=INSTANCE, client=client, auth_token=token)
+        try:
+            await adapter.discover()
+            assert adapter.participants.names == {"policy_model", "simple_agent", "tool_resources"}
+            deadline = time.time() + 30
+            result = await adapter.prepare("ck-drop-in", deadline_ts=deadline)
+            assert result.prepared and adapter.state == "prepared"
+            summary = await adapter.commit("ck-drop-in", tmp_path, (), deadline_ts=deadline)
+            assert summary.participants == ("policy_model", "simple_agent", "tool_resources")
+            await adapter.resume("ck-drop-in", deadline_ts=deadline)
+            assert adapter.state == "resumed"
+        finally:
+            await adapter.aclose()
+        classmethod_built = GymCheckpointAdapter.from_server_client(
+            instance=INSTANCE, client=client, auth_token=token, max_connections=2
+        )
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(classmethod_built.aclose)
+            await classmethod_built.discover()
+            assert classmethod_built.participants.names == adapter.participants.names
+    await adapter.aclose()  # a second close does nothing
+
+
+async def test_a_wrong_token_fails_discovery_as_unavailable() -> None:
+    """The token given to the adapter is the one sent: a wrong one is refused by every server."""
+    from envckpt.sim.server import GymServers
+
+    from helpers.sim_server_client import server_client_for
+
+    async with GymServers(token="right-token-0123456789") as servers:
+        adapter = GymCheckpointAdapter(
+            instance=INSTANCE,
+            client=server_client_for(servers.urls),
+            auth_token="wrong-token-0123456789",
+        )
+        try:
+            with pytest.raises(GymCheckpointUnavailable):
+                await adapter.discover()
+        finally:
+            await adapter.aclose()
+
+
+def test_the_adapter_needs_one_way_to_reach_gym() -> None:
+    """Neither coordination nor a client, a client without a token, or both: TypeError."""
+    deployment = Deployment()
+    client = SimpleNamespace(global_config_dict={})
+    for kwargs in (
+        {},
+        {"client": client},
+        {"client": client, "auth_token": ""},
+        {"coordination": deployment.coordinator, "client": client, "auth_token": "t"},
+    ):
+        with pytest.raises(TypeError):
+            GymCheckpointAdapter(instance=INSTANCE, **kwargs)  # type: ignore[arg-type]
+
+
+def test_without_the_http_extra_a_client_adapter_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp missing: building from a ServerClient raises MissingExtra naming envckpt[http]."""
+    monkeypatch.delitem(sys.modules, "envckpt.http.client", raising=False)
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    with pytest.raises(MissingExtra) as caught:
+        GymCheckpointAdapter(
+            instance=INSTANCE, client=SimpleNamespace(global_config_dict={}), auth_token="t"
+        )
+    assert caught.value.extra == "http"
+
+
+async def test_gyms_episode_objects_are_accepted_wherever_episodes_go(tmp_path: Path) -> None:
+    """retire and commit take anything with rollout_id and attempt, as the seeds pass them."""
+    deployment = Deployment()
+    await deployment.start(E1, turn=2)
+    adapter = await discovered(deployment)
+    old = SimpleNamespace(rollout_id="old", attempt=0)
+    await adapter.retire("ck-0", [old], deadline_ts=far(deployment))
+    assert deployment.cores["agent"].fence.retired_rollouts
+    result = await adapter.prepare("ck-1", deadline_ts=far(deployment))
+    gym_e1 = SimpleNamespace(rollout_id=E1.rollout_id, attempt=E1.attempt)
+    summary = await adapter.commit("ck-1", tmp_path, [gym_e1], deadline_ts=far(deployment))
+    assert result.prepared and summary.exported_episodes == (E1,)
+    await adapter.resume("ck-1", deadline_ts=far(deployment))

@@ -52,6 +52,8 @@ def reseal(snapshot: Path) -> None:
             checkpoint_id=old.checkpoint_id,
             created_at=old.created_at,
             metrics=old.metrics,
+            step=old.step,
+            policy_version=old.policy_version,
         ),
     )
 

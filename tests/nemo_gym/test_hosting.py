@@ -75,3 +75,19 @@ async def test_control_routes_are_mounted_beside_the_servers_own() -> None:
         assert unauthorized.status_code == 401
         assert (await client.get(f"{url}/reverify_mode")).status_code == 200
     assert server.envckpt.core.server_name == "counter"
+
+
+def test_the_participant_names_the_gym_instance_the_config_gives() -> None:
+    """envckpt.instance_id of the nemo-gym config reaches the core: its events name it."""
+    from helpers.nemo_gym_servers import global_config
+
+    config = global_config("counter", "resources_servers", "test", domain="other")
+    config["envckpt"] = {"instance_id": "counter/replica-3"}
+    server, _ = hosted(StatefulCounterResourcesServer, "counter", config=config)
+    assert server.envckpt.core.gym_instance_id == "counter/replica-3"
+    assert server.envckpt.core.log_fields == {
+        "server": "counter",
+        "gym_instance_id": "counter/replica-3",
+    }
+    bare, _ = hosted(StatefulCounterResourcesServer, "counter")
+    assert bare.envckpt.core.gym_instance_id is None

@@ -168,7 +168,7 @@ def test_spec_round_trips_and_names_instances(tmp_path: Path) -> None:
 
 
 def test_each_incarnation_gets_its_own_capture_dir_and_the_trainer_endpoint(tmp_path: Path) -> None:
-    """Staging URL, audit dir and policy latency go to the envckpt block; capture dir per run."""
+    """Instance id, staging URL, audit dir, policy latency in the envckpt block; capture dir."""
     from envckpt.nemo_gym.job import incarnation_config
 
     spec = job_spec(tmp_path, counters=1, multi_turns=1)
@@ -179,6 +179,7 @@ def test_each_incarnation_gets_its_own_capture_dir_and_the_trainer_endpoint(tmp_
         staging_url="http://t/rows",
     )
     assert config["envckpt"]["staging_url"] == "http://t/rows"
+    assert config["envckpt"]["instance_id"] == spec.deployments[0].instance.instance_id
     assert config["envckpt"]["audit_dir"] == str(tmp_path / "audit")
     assert config["token_id_capture"]["dir"] == str(tmp_path / "run-2" / "counter" / "tokens")
     assert "staging_url" not in spec.deployments[0].config["envckpt"]  # the spec is untouched

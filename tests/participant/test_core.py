@@ -1367,3 +1367,29 @@ async def test_restored_attempts_left_out_of_a_commit_scope_are_retired(
 async def _enter(core: ParticipantCore, episode: EnvironmentEpisode) -> None:
     async with core.admit(episode):
         pass
+
+
+async def test_every_event_names_the_server_and_the_gym_instance(clock: FakeClock) -> None:
+    """Transitions and the lease-expiry warning carry server and gym_instance_id."""
+    from structlog.testing import capture_logs
+
+    core = ParticipantCore(
+        server_name="agent",
+        kind="agent",
+        hooks=JsonStateHooks("agent"),
+        clock=clock,
+        gym_instance_id="shard/replica-2",
+    )
+    with capture_logs() as logs:
+        await core.prepare("c1", deadline_ts=clock.now() + 1)
+        clock.advance(1 + GRACE + 1)
+        await core.expire_if_due()
+    named = [(e["event"], e["server"], e["gym_instance_id"]) for e in logs]
+    assert ("lease expired; resuming", "agent", "shard/replica-2") in named
+    transitions = [e for e in logs if e["event"] == "transition"]
+    assert [e["trigger"] for e in transitions] == ["prepare", "ready", "expire"]
+    assert {(e["instance_id"], e["server"], e["gym_instance_id"]) for e in transitions} == {
+        ("agent", "agent", "shard/replica-2")
+    }
+    core.set_gym_instance("shard/replica-5")
+    assert core.log_fields == {"server": "agent", "gym_instance_id": "shard/replica-5"}

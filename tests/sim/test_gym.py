@@ -282,3 +282,11 @@ def test_gym_config_refuses_unknown_modes_and_negative_latency() -> None:
         GymConfig(resources_mode="maybe")
     with pytest.raises(ValueError):
         GymConfig(model_latency=-1.0)
+
+
+async def test_every_participant_names_the_gym_instance_of_the_deployment() -> None:
+    """instance_id reaches every core, and a fresh process of the deployment keeps it."""
+    gym = SimulatedGym(seed=1, instance_id="shard/replica-7")
+    for gym_process in (gym, gym.fresh_process()):
+        assert {core.gym_instance_id for core in gym_process.cores.values()} == {"shard/replica-7"}
+    assert {core.gym_instance_id for core in SimulatedGym().cores.values()} == {None}

@@ -259,9 +259,10 @@ async def serve_and_checkpoint(tmp_path: Path, *, args: list[str], env: dict[str
 
 
 async def test_log_json_records_every_participant_transition_as_json_lines(tmp_path: Path) -> None:
-    """--log-json writes only JSON lines; the participants' transitions overlay their chart."""
+    """--log-json writes only JSON lines naming server and --instance-id; they overlay the chart."""
     log = tmp_path / "gym.jsonl"
-    await serve_and_checkpoint(tmp_path, args=["--log-json", str(log)], env={})
+    args = ["--log-json", str(log), "--instance-id", "shard/replica-4"]
+    await serve_and_checkpoint(tmp_path, args=args, env={})
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     assert entries and all(isinstance(entry, dict) and "timestamp" in entry for entry in entries)
     assert not [entry for entry in entries if entry.get("logger", "").startswith("transitions")]
@@ -270,6 +271,10 @@ async def test_log_json_records_every_participant_transition_as_json_lines(tmp_p
         for e in entries
         if e.get("machine") == "participant_phases"
     ]
+    named = {(e["server"], e["gym_instance_id"]) for e in entries if e.get("machine")}
+    assert named == {
+        (name, "shard/replica-4") for name in (MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER)
+    }
     for server in (MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER):
         assert [trigger for name, trigger in phases if name == server] == [
             "prepare",

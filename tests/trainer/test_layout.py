@@ -193,3 +193,31 @@ def test_new_temporary_refuses_unsafe_or_reused_ids(layout: SnapshotLayout) -> N
     layout.new_temporary("ck-1")
     with pytest.raises(FileExistsError):
         layout.new_temporary("ck-1")
+
+
+def test_delete_removes_one_snapshot_through_the_trash(layout: SnapshotLayout) -> None:
+    """delete(id) renames the snapshot into .trash, then removes it; the others stay."""
+    publish(layout, "ck-1", 1.0)
+    publish(layout, "ck-2", 2.0)
+    layout.delete("ck-1")
+    assert [path.name for path in layout.published()] == ["ck-2"]
+    assert not (layout.trash / "ck-1").exists()
+    with pytest.raises(FileNotFoundError, match="ck-1"):
+        layout.delete("ck-1")
+    with pytest.raises(ValueError):
+        layout.delete("../ck-2")
+
+
+def test_a_crash_inside_delete_leaves_the_snapshot_out_of_the_published_ones(
+    layout: SnapshotLayout,
+) -> None:
+    """Killed between the rename and the removal, the snapshot is only in .trash."""
+    publish(layout, "ck-1", 1.0)
+    crashpoints.install(crashpoints.raise_at("prune.in_trash"))
+    try:
+        with pytest.raises(SimulatedCrash):
+            layout.delete("ck-1")
+    finally:
+        crashpoints.install(None)
+    assert layout.published() == [] and (layout.trash / "ck-1").is_dir()
+    assert layout.clean_debris() == 1 and not (layout.trash / "ck-1").exists()

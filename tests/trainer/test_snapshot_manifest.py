@@ -17,8 +17,12 @@ from envckpt.trainer.snapshot_manifest import (
     MANIFEST_KIND,
     MANIFEST_NAME,
     SCHEMA_VERSION,
+    SnapshotManifest,
+    build_snapshot_manifest,
     read_created_at,
+    read_snapshot_manifest,
     verify_snapshot,
+    write_snapshot_manifest,
 )
 
 from helpers.snapshot_files import FILES, RECORDS, flip_byte, publish
@@ -61,11 +65,13 @@ def test_the_manifest_is_a_checksummed_document_listing_every_file(
         data,
         kind=MANIFEST_KIND,
         schema_version=SCHEMA_VERSION,
-        fields=("checkpoint_id", "created_at", "files", "metrics"),
+        fields=("checkpoint_id", "created_at", "files", "metrics", "step", "policy_version"),
     )
     assert body == {
         "checkpoint_id": "ck-1",
         "created_at": 100.0,
+        "step": None,
+        "policy_version": None,
         "files": {
             name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
             for name, data in sorted(FILES.items())
@@ -111,6 +117,10 @@ REFUSALS: dict[str, tuple[Damage, str]] = {
         "sha256",
     ),
     "resealed-no-file-list": (lambda d: reseal(d, files=None), "invalid"),
+    "resealed-negative-step": (lambda d: reseal(d, step=-1), "step must be"),
+    "resealed-boolean-step": (lambda d: reseal(d, step=True), "step must be"),
+    "resealed-empty-policy": (lambda d: reseal(d, policy_version=""), "policy_version"),
+    "resealed-v2-with-step": (lambda d: reseal(d, schema_version=2), "fields"),
     "moved-directory": (_move, "directory is ck-other"),
     "ledger-byte": (lambda d: flip_byte(d / "ledger.json"), "ledger.json"),
     "dataplane-byte": (lambda d: flip_byte(d / "dataplane.sqlite"), "dataplane.sqlite"),
@@ -144,3 +154,51 @@ def test_verify_refuses_any_damage(layout: SnapshotLayout, damage: str) -> None:
             "extra-file",
             "same-size-rewrite",
         )
+
+
+def test_the_step_and_policy_version_are_recorded_and_read_back(layout: SnapshotLayout) -> None:
+    """A manifest built with a step and policy version verifies and returns both."""
+    temporary = layout.new_temporary("ck-s")
+    (temporary / "ledger.json").write_bytes(b"{}")
+    manifest = build_snapshot_manifest(
+        temporary, checkpoint_id="ck-s", created_at=5.0, metrics={}, step=120, policy_version="v7"
+    )
+    final = layout.publish(temporary, manifest)
+    read = verify_snapshot(final)
+    assert (read.step, read.policy_version, read.size) == (120, "v7", 2)
+    assert json.loads((final / MANIFEST_NAME).read_bytes())["step"] == 120
+
+
+def test_a_schema_2_manifest_still_reads_without_a_step(layout: SnapshotLayout) -> None:
+    """Snapshots published before steps existed stay restorable: step and version are None."""
+    final = publish(layout, "ck-old", 3.0)
+    body = read_snapshot_manifest(final).body()
+    del body["step"], body["policy_version"]
+    (final / MANIFEST_NAME).write_bytes(
+        checksummed.encode(kind=MANIFEST_KIND, schema_version=2, body=body, indent=1)
+    )
+    manifest = verify_snapshot(final)
+    assert (manifest.step, manifest.policy_version, manifest.created_at) == (None, None, 3.0)
+
+
+def test_a_bad_step_is_refused_when_the_manifest_is_built() -> None:
+    """A negative, boolean or non-integer step, or an empty policy version, is a ValueError."""
+    for bad in ({"step": -1}, {"step": True}, {"step": 1.5}, {"policy_version": ""}):
+        with pytest.raises(ValueError):
+            SnapshotManifest("ck", 1.0, {}, {}, **bad)  # type: ignore[arg-type]
+
+
+def test_verify_reports_every_byte_it_hashes(layout: SnapshotLayout) -> None:
+    """on_bytes hears chunks adding up to the manifest's size: a progress bar's total."""
+    final = publish(layout, "ck-1", 1.0)
+    heard: list[int] = []
+    manifest = verify_snapshot(final, on_bytes=heard.append)
+    assert heard and sum(heard) == manifest.size == sum(len(d) for d in FILES.values())
+
+
+def test_rewriting_the_manifest_keeps_what_it_said(layout: SnapshotLayout) -> None:
+    """write_snapshot_manifest of a read manifest reproduces the same bytes."""
+    final = publish(layout, "ck-1", 1.0)
+    before = (final / MANIFEST_NAME).read_bytes()
+    write_snapshot_manifest(final, read_snapshot_manifest(final))
+    assert (final / MANIFEST_NAME).read_bytes() == before

@@ -471,3 +471,72 @@ async def test_take_returns_a_published_snapshot_whose_resume_failed(rig: Rig) -
     assert "resume lost" in result.resume_error
     verify_snapshot(result.path)
     assert snapshotter.failures_total == 0 and snapshotter.history == [result]
+
+
+async def test_snapshots_record_the_trainers_step_and_ids_sort_by_it(rig: Rig) -> None:
+    """set_step and take(step=...) land in MANIFEST.json and in the result; ids sort by step."""
+    rig.snapshotter.set_step(9, policy_version="policy-9")
+    first = await rig.snapshotter.take()
+    second = await rig.snapshotter.take(step=10)
+    third = await rig.snapshotter.take(step=100, policy_version="policy-100")
+    manifests = [verify_snapshot(r.path) for r in (first, second, third)]
+    assert [(m.step, m.policy_version) for m in manifests] == [
+        (9, "policy-9"),
+        (10, "policy-9"),
+        (100, "policy-100"),
+    ]
+    assert [(r.step, r.policy_version) for r in (first, second)] == [
+        (9, "policy-9"),
+        (10, "policy-9"),
+    ]
+    assert first.checkpoint_id.startswith("rollouts-step0000000009-")
+    ids = [r.checkpoint_id for r in (third, first, second)]
+    assert sorted(ids) == [first.checkpoint_id, second.checkpoint_id, third.checkpoint_id]
+    assert rig.snapshotter.step == 9, "a step given to one call does not stick"
+
+
+async def test_a_bad_step_is_refused_before_anything_is_written(rig: Rig) -> None:
+    """A negative step raises ValueError at the call; no snapshot directory appears."""
+    with pytest.raises(ValueError, match="step"):
+        rig.snapshotter.set_step(-1)
+    with pytest.raises(ValueError, match="step"):
+        await rig.snapshotter.take(step=-5)
+    assert rig.layout.published() == [] and rig.snapshotter.failures_total == 0
+
+
+QUIET_SNAPSHOT = """
+import asyncio, sys
+from pathlib import Path
+from helpers.snapshot_rig import Rig, mid_flight, running
+
+async def main(directory):
+    rig = Rig(Path(directory)).fresh()
+    async with running(rig.job(rig.tasks(4))):
+        await mid_flight(rig)
+        await rig.snapshotter.take()
+    await rig.crash()
+    restored = await Rig(Path(directory)).restore()
+    assert restored.path is not None
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_a_host_that_configures_no_logging_sees_nothing(tmp_path: Path) -> None:
+    """Snapshot and restore inside a program that never configured logging print nothing."""
+    import os
+    import subprocess
+    import sys
+
+    tests = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", QUIET_SNAPSHOT, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (done.stdout, done.stderr) == ("", "")

@@ -1,0 +1,60 @@
+"""The scripts in examples/ run as a user runs them, and say what they showed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python examples/SCRIPT ARGS`` in a fresh process; its output and exit code."""
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        check=False,
+    )
+
+
+def test_the_trainer_loop_snapshots_crashes_and_restores_over_http(tmp_path: Path) -> None:
+    """Run 1 crashes holding rollouts; run 2 restores, continues them and finishes all eight."""
+    done = run("trainer_over_http.py", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("run 1: crashed after")
+    assert "rollouts continued at their saved turn, 8 of 8 finished" in lines[1]
+    assert lines[-1] == "every transcript equals an uninterrupted run"
+    assert any(line.startswith("snapshot rollouts-step") for line in lines)
+    assert (tmp_path / "job" / "snapshots").is_dir() and "Traceback" not in done.stderr
+
+
+@pytest.mark.gym
+def test_the_routes_mounted_on_a_nemo_gym_server_take_a_checkpoint() -> None:
+    """The counter's session is discovered, committed, and its count is in the records."""
+    if importlib.util.find_spec("resources_servers") is None:
+        pytest.skip("nemo-gym's example servers are not installed")
+    done = run("mount_on_nemo_gym.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "participants: [('policy_model', 'model'), ('counter', 'resources')]" in done.stdout
+    assert "committed episodes: ['r1']" in done.stdout
+    assert '"counter": 7' in done.stdout
+
+
+@pytest.mark.ray
+def test_gym_instances_in_ray_actors_continue_in_replacement_actors() -> None:
+    """Four rollouts snapshotted in actors finish in new actors, as if never interrupted."""
+    if importlib.util.find_spec("ray") is None:
+        pytest.skip("ray is not installed")
+    done = run("ray_instances.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "snapshot: 4 rollouts saved mid-flight" in done.stdout
+    assert done.stdout.count("transcript as if never interrupted") == 4

@@ -1,0 +1,184 @@
+"""Tests for envckpt.snapshots.cli: the snapshot verbs on a real demo's directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envckpt.cli import main
+from envckpt.trainer.catalog import SnapshotCatalog
+from envckpt.trainer.layout import SnapshotLayout
+
+from helpers.demo_cli import run_main
+from helpers.root_holder import held_by_another_process
+from helpers.snapshot_corruption import records_file
+from helpers.snapshot_files import flip_byte
+from helpers.stepped_root import stepped_root
+
+
+def snapshots(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    """``envckpt snapshots ARGS``: exit code, stdout, stderr (of this call only)."""
+    capsys.readouterr()  # what building the root printed is not the command's
+    code = main(["snapshots", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def fits(text: str) -> bool:
+    return all(len(line) <= 100 for line in text.splitlines())
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished in-process demo: its directory holds the snapshots it left."""
+    directory = tmp_path_factory.mktemp("demo")
+    code, out, err = run_main(
+        ["--in-process", "--dir", str(directory), "--instances", "2", "--rollouts", "8"]
+    )
+    assert code == 0, out + err
+    assert SnapshotCatalog(directory).all(), "the demo left no snapshot"
+    return directory
+
+
+def test_list_show_and_verify_read_a_demo_directory(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's snapshots list, show and verify (exit 0), in tables within 100 columns."""
+    [*_, newest] = SnapshotCatalog(demo_dir).all()
+    code, out, _ = snapshots(capsys, "list", demo_dir)
+    assert code == 0 and fits(out) and newest.checkpoint_id in out and "demo/replica" not in out
+    code, out, _ = snapshots(capsys, "show", demo_dir, "latest")
+    assert code == 0 and fits(out)
+    assert newest.checkpoint_id in out and "demo/replica-1" in out and "agent/simple_agent" in out
+    assert "continue at their saved turn" in out
+    code, out, _ = snapshots(capsys, "verify", demo_dir)
+    assert code == 0 and fits(out)
+    assert f"{newest.checkpoint_id}: PASS" in out and "0 failed" in out
+
+
+def test_every_verb_speaks_json(demo_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints one JSON document per verb with the facts the tables show."""
+    [*_, newest] = SnapshotCatalog(demo_dir).all()
+    code, out, _ = snapshots(capsys, "list", demo_dir, "--json")
+    listed = json.loads(out)
+    assert code == 0 and listed["snapshots"][-1]["id"] == newest.checkpoint_id
+    assert listed["snapshots"][-1]["episodes"] == newest.episodes and listed["refused"] == []
+    code, out, _ = snapshots(capsys, "show", demo_dir, newest.checkpoint_id, "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["id"] == newest.checkpoint_id
+    assert set(shown["instances"]) == {"demo/replica-0", "demo/replica-1"}
+    assert len(shown["restore"]["continued"]) == newest.episodes
+    code, out, _ = snapshots(capsys, "verify", demo_dir, newest.checkpoint_id, "--json")
+    verified = json.loads(out)
+    assert code == 0 and verified["passed"] is True
+    assert all(check["passed"] for check in verified["snapshots"][0]["checks"])
+
+
+async def test_verify_fails_on_a_corrupted_file_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One flipped byte in a participant's records: verify exits 1 and names the file."""
+    root, ids = await stepped_root(tmp_path, steps=(1, 2))
+    bad = SnapshotLayout(root).snapshots / ids[1]
+    records = records_file(bad)
+    flip_byte(records)
+    code, out, _ = snapshots(capsys, "verify", root)
+    assert code == 1 and fits(out)
+    assert f"{ids[0]}: PASS" in out and f"{ids[1]}: FAIL" in out
+    assert "checksum mismatch in" in out and "2 snapshot(s) verified, 1 failed" in out
+    code, out, _ = snapshots(capsys, "verify", root, ids[1], "--json")
+    document = json.loads(out)
+    assert code == 1 and document["passed"] is False
+    details = [c["detail"] for c in document["snapshots"][0]["checks"] if not c["passed"]]
+    assert any(records.relative_to(bad).as_posix() in detail for detail in details)
+
+
+async def test_verify_draws_a_progress_bar_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--progress always shows the hashing on stderr; never leaves stderr quiet."""
+    root, _ = await stepped_root(tmp_path, steps=(4,))
+    code, _, err = snapshots(capsys, "verify", root, "--progress", "always")
+    assert code == 0 and "verifying rollouts-step0000000004-" in err and "kB" in err
+    code, _, err = snapshots(capsys, "verify", root, "--progress", "never")
+    assert code == 0 and err == ""
+
+
+async def test_show_finds_snapshots_by_step_and_refuses_unknown_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """step:N shows that step's snapshot; an unknown id or step exits 1, a bad step 2."""
+    root, ids = await stepped_root(tmp_path, steps=(7, 8))
+    code, out, _ = snapshots(capsys, "show", root, "step:7", "--json")
+    assert code == 0 and json.loads(out)["id"] == ids[0]
+    for missing in ("step:9", "rollouts-nope"):
+        code, _, err = snapshots(capsys, "show", root, missing)
+        assert code == 1 and "no " in err
+    code, _, err = snapshots(capsys, "show", root, "step:seven")
+    assert code == 2 and "integer" in err
+
+
+async def test_prune_and_delete_go_through_the_trash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prune --keep 2 deletes the oldest; delete removes one; neither leaves a trash behind."""
+    root, ids = await stepped_root(tmp_path, steps=(1, 2, 3))
+    code, out, _ = snapshots(capsys, "prune", root, "--keep", "2", "--json")
+    assert code == 0 and json.loads(out) == {
+        "root": str(root),
+        "removed": [ids[0]],
+        "kept": [ids[2], ids[1]],
+    }
+    code, out, _ = snapshots(capsys, "delete", root, ids[2])
+    assert code == 0 and out == f"deleted {ids[2]}\n"
+    assert [e.checkpoint_id for e in SnapshotCatalog(root).all()] == [ids[1]]
+    assert not any(SnapshotLayout(root).trash.iterdir())
+    code, _, err = snapshots(capsys, "prune", root, "--keep", "0")
+    assert code == 2 and "at least 1" in err
+
+
+async def test_prune_and_delete_refuse_while_a_trainer_holds_the_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With the root's lock held by another process both exit 3 and change nothing."""
+    root, ids = await stepped_root(tmp_path, steps=(1, 2))
+    with held_by_another_process(root) as pid:
+        for verb in (["prune", root, "--keep", "1"], ["delete", root, ids[0]]):
+            code, out, err = snapshots(capsys, *verb)
+            assert code == 3 and out == ""
+            assert f"a trainer holds {root} (pid {pid}" in err
+    assert [e.checkpoint_id for e in SnapshotCatalog(root).all()] == ids
+    code, _, _ = snapshots(capsys, "delete", root, ids[0])
+    assert code == 0, "the lock was released with the process"
+
+
+def test_a_root_that_is_none_is_refused_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing directory, or snapshots/ itself given as ROOT, exits 2 with the fix."""
+    code, _, err = snapshots(capsys, "list", tmp_path / "missing")
+    assert code == 2 and "is not a directory" in err
+    (tmp_path / "run" / "snapshots").mkdir(parents=True)
+    code, _, err = snapshots(capsys, "list", tmp_path / "run" / "snapshots")
+    assert code == 2 and f"holds it: {tmp_path / 'run'}" in err
+    code, out, _ = snapshots(capsys, "list", tmp_path / "run")
+    assert code == 0 and out.startswith("no snapshots in ")
+    code, _, err = snapshots(capsys, "show", tmp_path / "run", "latest")
+    assert code == 1 and "no usable snapshot" in err
+
+
+def test_the_console_script_runs_the_verbs(demo_dir: Path) -> None:
+    """`python -m envckpt snapshots list ROOT --json` works as a process, exit code and all."""
+    done = subprocess.run(
+        [sys.executable, "-m", "envckpt", "snapshots", "list", str(demo_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["snapshots"]
