@@ -26,14 +26,8 @@ from typing import Any
 
 from envckpt import crashpoints
 from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
-from envckpt.nemo_gym.job import (
-    EVENTS_NAME,
-    RESTORED_EVENT,
-    EventLog,
-    JobSpec,
-    log_to_file,
-    run_job,
-)
+from envckpt.nemo_gym.job import JobSpec, log_to_file, run_job
+from envckpt.trainer.event_log import EVENTS_NAME, RESTORED, EventLog
 
 
 class PlannedStrike:
@@ -63,7 +57,7 @@ class PlannedStrike:
 
     def emit(self, event: str, **fields: Any) -> None:
         self._emit(event, **fields)
-        if event == RESTORED_EVENT and self.plan is not None and self.plan.kind == KILL:
+        if event == RESTORED and self.plan is not None and self.plan.kind == KILL:
             self.interrupter = Interrupter(
                 self.plan,
                 total=self.total,

@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,15 +35,18 @@ from typing import Any
 
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.instance import GymCheckpointInstance
-from envckpt.machines.tables import LedgerStatus
 from envckpt.nemo_gym.settings import write_token_file
+from envckpt.trainer.event_log import (
+    EVENTS_NAME,
+    EventLog,
+    progress_event,
+    restored_event,
+)
 from envckpt.trainer.job import RolloutTask
 
 Emit = Callable[..., None]
 Progress = Callable[[str, Mapping[str, Any]], None]
 CONTROL_SUFFIX = ".control"
-EVENTS_NAME = "events.jsonl"
-RESTORED_EVENT = "restored"  # after the restore: snapshot, continued pairs, finished_before
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the config is a dict
@@ -152,38 +154,6 @@ class RowSink:
         await self.pending.stage(capture_key, staging_key, payload)
 
 
-class EventLog:
-    """``events.jsonl``: one flushed JSON line per event (a SIGKILL loses none written)."""
-
-    def __init__(self, path: Path, *, incarnation: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.incarnation = incarnation
-        self._stream = path.open("a", encoding="utf-8")
-
-    def emit(self, event: str, **fields: Any) -> None:
-        record = {"event": event, "incarnation": self.incarnation, "ts": time.time(), **fields}
-        self._stream.write(json.dumps(record, sort_keys=True, default=str) + "\n")
-        self._stream.flush()
-
-    def close(self) -> None:
-        self._stream.close()
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of an event log (a line cut by a kill is skipped)."""
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            events.append(record)
-    return events
-
-
 async def run_job(
     spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -288,18 +258,9 @@ async def _train(
     )
 
     def progress(event: str, fields: Mapping[str, Any]) -> None:
-        if event == "snapshot":
-            result = fields["result"]
-            emit(
-                "snapshot",
-                checkpoint_id=result.checkpoint_id,
-                reason=fields.get("reason", ""),
-                exported=result.exported_episodes,
-                restarted=result.restarted_rollouts,
-                metrics=result.metrics,
-            )
-        elif event in (LedgerStatus.SEALED, LedgerStatus.DISPATCHED, "snapshot_failed"):
-            emit(event, **fields)
+        logged = progress_event(event, fields)
+        if logged is not None:
+            emit(logged[0], **logged[1])
         if on_progress is not None:  # after the event is logged: it may end the process
             on_progress(event, fields)
 
@@ -317,24 +278,13 @@ async def _train(
             max_in_flight_per_instance=spec.in_flight_per_instance,
             on_progress=progress,
         )
-        report = started.report
-        plan = report.plan
-        emit(
-            RESTORED_EVENT,
-            snapshot=None if report.path is None else report.path.name,
-            considered=[[c.snapshot, c.outcome, c.reason] for c in report.considered],
-            continued=[]
-            if plan is None
-            else sorted([e.rollout_id, e.attempt] for e in plan.continued),
-            abandoned=0 if plan is None else len(plan.abandoned),
-            refused=report.refused,
-            finished_before=len(started.results),
-        )
+        event, fields = restored_event(started.report, finished_before=len(started.results))
+        emit(event, **fields)
         try:
             await started.job.run(snapshot_every=spec.snapshot_every)
             results = dict(started.results.items())
         finally:
-            report.data_plane.close()
+            started.report.data_plane.close()
         atomic_write_bytes(
             spec.directory / "results.json", json.dumps(results, sort_keys=True).encode()
         )

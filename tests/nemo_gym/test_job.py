@@ -24,8 +24,9 @@ import pytest
 pytest.importorskip("responses_api_agents.simple_agent.app")
 
 from envckpt.nemo_gym import evidence, examples
-from envckpt.nemo_gym.job import DeploymentSpec, JobSpec, read_events
+from envckpt.nemo_gym.job import DeploymentSpec, JobSpec
 from envckpt.trainer.dataplane import SqliteDataPlane
+from envckpt.trainer.event_log import read_events
 
 
 def job_spec(directory: Path, *, counters: int, multi_turns: int) -> JobSpec:
