@@ -203,6 +203,11 @@ def error_envelope(code: str, detail: str) -> dict[str, Any]:
 
 MAX_EPISODES_PER_REQUEST = 1_000_000
 MAX_PATH_LENGTH = 4096
+# The largest attempt number accepted: a JSON number every client reads exactly.
+MAX_ATTEMPT = 2**31 - 1
+# How far ahead of a participant's clock a deadline may lie (its lease follows
+# the deadline, so an unbounded one would keep it closed forever).
+DEFAULT_MAX_LEASE_SECONDS = 3600.0
 
 
 class WireEpisode(BaseModel):
@@ -221,8 +226,8 @@ class WireEpisode(BaseModel):
     @field_validator("attempt")
     @classmethod
     def _attempt(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError("attempt must be non-negative")
+        if not 0 <= value <= MAX_ATTEMPT:
+            raise ValueError(f"attempt must be between 0 and {MAX_ATTEMPT}")
         return value
 
     def episode(self) -> EnvironmentEpisode:

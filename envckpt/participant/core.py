@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import rules, work
 from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
+from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
@@ -72,6 +74,8 @@ class ParticipantCore:
         instance: str | None = None,
         clock: Clock | None = None,
         lease_grace: float = DEFAULT_LEASE_GRACE_SECONDS,
+        checkpoint_root: str | os.PathLike[str] | None = None,
+        max_lease_seconds: float = DEFAULT_MAX_LEASE_SECONDS,
     ) -> None:
         self.server_name = server_name
         self.kind: Kind = parse_kind(kind)
@@ -80,6 +84,8 @@ class ParticipantCore:
         self.hooks = hooks
         self.clock = clock or SystemClock()
         self.lease_grace = lease_grace
+        # What the edge lets a request name (confinement.py); no root: unconfined.
+        self.bounds = RequestBounds.of(checkpoint_root, max_lease_seconds=max_lease_seconds)
         self.fence = AttemptFence()
         self._phase = _PHASES.new(server_name)
         self._lock = asyncio.Lock()
@@ -158,6 +164,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "prepare")
             if self._open is None:
                 await work.close_admission(self.hooks)  # reopens and raises if it fails
                 self._open = OpenCheckpoint(checkpoint_id)
@@ -199,6 +206,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "renew")
             if self._open is None:
                 raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open to renew")
             rules.require_open(self._open, checkpoint_id)
@@ -222,6 +230,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "commit")
             write = None if self._open is None else self._open.commit
             if write is not None and write.checkpoint_id == checkpoint_id:
                 if write.args != args:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envckpt.demo.gym_hosting import http_instances
+from envckpt.demo.gym_hosting import JobTokens, http_instances
 from envckpt.demo.scenario import DemoSettings
 
 
@@ -12,7 +12,7 @@ async def test_gym_servers_start_answer_and_stop(tmp_path: Path) -> None:
     """Each instance gets its server process; stop() ends them all (a preempted node)."""
     settings = DemoSettings(instances=2, rollouts=1, directory=tmp_path)
     async with http_instances(
-        settings, token="t", rows_url="http://127.0.0.1:9/rows", incarnation=1
+        settings, tokens=JobTokens.fresh(), rows_url="http://127.0.0.1:9/rows", incarnation=1
     ) as hosted:
         assert [i.instance_id for i in hosted.instances] == [
             i.instance_id for i in settings.instance_list()

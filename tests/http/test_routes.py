@@ -290,7 +290,7 @@ async def test_gym_fidelity_over_http(tmp_path: Path) -> None:
         await expect(d, "policy", "restore", again, code="stale_attempt", status=409)
 
 
-async def test_commit_not_ready_is_invalid_phase() -> None:
+async def test_commit_not_ready_is_invalid_phase(tmp_path: Path) -> None:
     """A turn admitted after a not-ready prepare blocks; commit then refuses, nothing written."""
     async with deploy({"agent": make_core("agent", "agent")}) as d:
         d.apps["agent"].state.gate.clear()
@@ -301,26 +301,28 @@ async def test_commit_not_ready_is_invalid_phase() -> None:
         reply = await d.post("agent", "prepare", body(cid, 0.3))
         assert reply.status == 200 and reply.body["phase"] == "preparing"
         assert reply.body["report"]["blockers"] == ["task-1"]
-        commit = body(cid, checkpoint_dir="/nonexistent/never", episode_ids=None)
+        never = tmp_path / "never"
+        commit = body(cid, checkpoint_dir=str(never), episode_ids=None)
         await expect(d, "agent", "commit", commit, code="invalid_phase", status=409)
         assert await d.phase("agent") == "preparing"
         d.apps["agent"].state.gate.set()
         assert (await held).status_code == 200
         assert (await d.post("agent", "prepare", body(cid))).body["phase"] == "prepared"
-        assert not Path("/nonexistent/never").exists()
+        assert not never.exists()
 
 
-async def test_deadline_exceeded_commit_keeps_writing(
+async def test_a_commit_past_its_deadline_writes_nothing_and_a_retry_commits(
     one_agent: Deployment, tmp_path: Path
 ) -> None:
-    """A late commit is 409 deadline_exceeded; the write goes on and a retry collects it."""
+    """A commit whose deadline passed is 409 deadline_exceeded before any write; a retry commits."""
     d = one_agent
     await d.turn("agent", "task-1")
     cid = new_id()
     assert (await d.post("agent", "prepare", body(cid))).status == 200
     late = body(cid, -1.0, checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
     await expect(d, "agent", "commit", late, code="deadline_exceeded", status=409)
-    assert await d.phase("agent") in ("prepared", "committed")
+    assert await d.phase("agent") == "prepared"
+    assert not participant_dir(tmp_path, "agent", "agent").exists()
     retry = await d.post(
         "agent", "commit", body(cid, checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
     )
@@ -564,8 +566,9 @@ async def test_invalid_request_bodies(one_agent: Deployment) -> None:
         assert response.json()["error"]["code"] == "invalid_request", label
     for method, route in (("GET", "prepare"), ("POST", "status"), ("GET", "commit")):
         response = await d.send("agent", method, route, content=None)
-        assert response.status_code == 422, (method, route, response.text)
+        assert response.status_code == 405, (method, route, response.text)
         assert response.json()["error"]["code"] == "invalid_request"
+        assert response.headers["allow"] == ("GET" if route == "status" else "POST")
     status = await d.status("agent")
     assert (status["phase"], status["checkpoint_id"], status["retired_rollouts"]) == (
         "idle",
@@ -576,7 +579,7 @@ async def test_invalid_request_bodies(one_agent: Deployment) -> None:
 
 
 async def test_body_size_limit() -> None:
-    """A body over the limit is 422 invalid_request, whether declared or streamed."""
+    """A body over the limit is 413 in the envelope, whether declared or streamed."""
     assert MAX_BODY_BYTES == 64 * 1024 * 1024
     async with deploy({"agent": make_core("agent", "agent")}, max_body_bytes=512) as d:
         small = json.dumps(body("ckpt-1")).encode()
@@ -587,18 +590,18 @@ async def test_body_size_limit() -> None:
                 yield padded[start : start + 100]
 
         declared = await d.send("agent", "POST", "prepare", content=padded)
-        assert declared.status_code == 422 and "exceeds" in declared.json()["error"]["detail"]
+        assert declared.status_code == 413 and "exceeds" in declared.json()["error"]["detail"]
         url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
         streamed = await d.raw.post(
             url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"}
         )
-        assert streamed.status_code == 422 and "exceeds" in streamed.json()["error"]["detail"]
+        assert streamed.status_code == 413 and "exceeds" in streamed.json()["error"]["detail"]
         assert await d.phase("agent") == "idle"
         assert (await d.send("agent", "POST", "prepare", content=small)).status_code == 200
 
 
 async def test_default_body_limit_is_64_mib(one_agent: Deployment) -> None:
-    """A streamed body one byte over 64 MiB is refused with 422 invalid_request."""
+    """A streamed body one byte over 64 MiB is refused with 413 in the envelope."""
     d = one_agent
     total = MAX_BODY_BYTES + 1
     block = b" " * (1024 * 1024)
@@ -612,7 +615,7 @@ async def test_default_body_limit_is_64_mib(one_agent: Deployment) -> None:
 
     url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
     response = await d.raw.post(url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 422
+    assert response.status_code == 413
     assert response.json()["error"]["code"] == "invalid_request"
     assert await d.phase("agent") == "idle"
 
@@ -756,30 +759,58 @@ async def test_checkpoint_error_from_hooks(tmp_path: Path) -> None:
 # ------------------------------------------------------------- installation
 
 
-def test_routes_refuse_an_empty_token() -> None:
-    """Neither the router nor mount_participant installs routes without a token."""
+@pytest.mark.parametrize("token", ["", "t", "x" * 15, " " + "x" * 20])
+def test_routes_refuse_a_short_or_blank_token(token: str) -> None:
+    """Neither the router nor mount_participant installs routes with a token under 16 characters."""
     core = make_core("agent", "agent")
-    with pytest.raises(ValueError, match="non-empty bearer token"):
-        control_router(core, token="")
+    with pytest.raises(ValueError, match="16|whitespace"):
+        control_router(core, token=token, unconfined=True)
     app = FastAPI()
-    with pytest.raises(ValueError, match="non-empty bearer token"):
-        mount_participant(app, core, token="")
+    with pytest.raises(ValueError, match="16|whitespace"):
+        mount_participant(app, core, token=token, checkpoint_root="/tmp")
     assert len(app.routes) == len(FastAPI().routes)
+    assert not core.bounds.confined
+
+
+def test_routes_need_a_checkpoint_root_or_an_explicit_opt_out(tmp_path: Path) -> None:
+    """Without checkpoint_root a mount is refused; unconfined=True or a root makes it."""
+    app = FastAPI()
+    with pytest.raises(ValueError, match="no checkpoint root"):
+        mount_participant(app, make_core("agent", "agent"), token=TOKEN)
+    assert len(app.routes) == len(FastAPI().routes)
+    core = make_core("agent", "agent")
+    mount_participant(FastAPI(), core, token=TOKEN, checkpoint_root=tmp_path)
+    assert core.bounds.checkpoint_root == tmp_path
+    with pytest.raises(ValueError, match="already confined"):
+        mount_participant(FastAPI(), core, token=TOKEN, checkpoint_root=tmp_path / "other")
+    with pytest.raises(ValueError, match="not both"):
+        mount_participant(
+            FastAPI(),
+            make_core("a", "agent"),
+            token=TOKEN,
+            checkpoint_root=tmp_path,
+            unconfined=True,
+        )
+    open_core = make_core("agent", "agent")
+    mount_participant(FastAPI(), open_core, token=TOKEN, unconfined=True)
+    assert not open_core.bounds.confined
 
 
 def test_one_participant_per_app() -> None:
     """Mounting a second participant on the same app is refused."""
     app = FastAPI()
-    mount_participant(app, make_core("agent", "agent"), token=TOKEN)
+    mount_participant(app, make_core("agent", "agent"), token=TOKEN, unconfined=True)
     with pytest.raises(ValueError, match="already serves checkpoint control routes"):
-        mount_participant(app, make_core("other", "agent"), token=TOKEN)
+        mount_participant(app, make_core("other", "agent"), token=TOKEN, unconfined=True)
 
 
 def test_router_serves_exactly_the_protocol_routes() -> None:
-    """The router has the eight protocol routes under the checkpoint prefix."""
-    router = control_router(make_core("agent", "agent"), token=TOKEN)
-    paths = sorted(getattr(route, "path", "") for route in router.routes)
-    assert paths == sorted(f"/ng-control/v1/checkpoint/{route}" for route in ROUTES)
+    """The router has the eight protocol routes under the checkpoint prefix, then its 404s."""
+    router = control_router(make_core("agent", "agent"), token=TOKEN, unconfined=True)
+    paths = [getattr(route, "path", "") for route in router.routes]
+    prefix = "/ng-control/v1/checkpoint"
+    assert paths[:-2] == [f"{prefix}/{route}" for route in ROUTES]
+    assert paths[-2:] == [prefix, f"{prefix}/{{rest:path}}"]
 
 
 async def test_token_never_logged(
@@ -811,7 +842,7 @@ async def test_lease_watchdog_reopens_an_abandoned_participant() -> None:
     core = make_core("agent", "agent", lease_grace=0.2)
     async with deploy({"agent": core}, lease_check_seconds=0.05) as d:
         cid = new_id()
-        assert (await d.post("agent", "prepare", body(cid, 0.0))).status == 200
+        assert (await d.post("agent", "prepare", body(cid, 0.1))).status == 200
         give_up = time.monotonic() + 5.0
         while core.phase != "idle" and time.monotonic() < give_up:
             await asyncio.sleep(0.02)

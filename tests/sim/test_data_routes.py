@@ -24,7 +24,7 @@ from envckpt.sim.kinds.model import PolicyModelServer, policy_action
 from envckpt.sim.kinds.resources import ToolServer
 
 Ep = EnvironmentEpisode
-TOKEN = "rows-token-5b1e"
+TOKEN = "rows-token-5b1e-c3d0"
 
 
 def deadline() -> float:
