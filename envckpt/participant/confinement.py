@@ -48,9 +48,14 @@ def _refuse(detail: str) -> ParticipantError:
 def _real(path: str) -> Path:
     """``path`` with every existing symlink resolved (the rest kept as written)."""
     try:
-        return Path(os.path.realpath(path))
-    except (OSError, RuntimeError, ValueError) as error:  # a loop, a name too long
+        real = Path(os.path.realpath(path))
+        # realpath leaves a link it cannot resolve (a loop) in place instead of
+        # raising: a symlink still on the resolved path is one.
+        if any(part.is_symlink() for part in (real, *real.parents)):
+            raise _refuse("checkpoint_dir cannot be resolved: a symlink loop")
+    except (OSError, RuntimeError, ValueError) as error:  # a name too long, an odd byte
         raise _refuse(f"checkpoint_dir cannot be resolved: {error}") from None
+    return real
 
 
 def check_dir_shape(value: str) -> None:

@@ -578,45 +578,49 @@ async def test_invalid_request_bodies(one_agent: Deployment) -> None:
     assert (await d.post("agent", "prepare", body("ckpt-ok"))).status == 200
 
 
+async def streamed_without_end(url: str, total: int, block: int = 1024 * 1024) -> bytes:
+    """POST ``total`` bytes of chunked body to ``url`` with the token, never ending the body;
+    return everything the server sent until it closed the connection."""
+    host_port, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = host_port.partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = f"POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    writer.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+    sent = 0
+    try:
+        while sent < total:
+            piece = min(block, total - sent)
+            writer.write(f"{piece:x}\r\n".encode() + b" " * piece + b"\r\n")
+            await writer.drain()
+            sent += piece
+        return await asyncio.wait_for(reader.read(), timeout=30)
+    finally:
+        writer.close()
+
+
 async def test_body_size_limit() -> None:
     """A body over the limit is 413 in the envelope, whether declared or streamed."""
     assert MAX_BODY_BYTES == 64 * 1024 * 1024
     async with deploy({"agent": make_core("agent", "agent")}, max_body_bytes=512) as d:
         small = json.dumps(body("ckpt-1")).encode()
         padded = json.dumps({**body("ckpt-1"), "pad": "x" * 600}).encode()
-
-        async def chunks() -> AsyncIterator[bytes]:
-            for start in range(0, len(padded), 100):
-                yield padded[start : start + 100]
-
         declared = await d.send("agent", "POST", "prepare", content=padded)
         assert declared.status_code == 413 and "exceeds" in declared.json()["error"]["detail"]
         url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
-        streamed = await d.raw.post(
-            url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"}
-        )
-        assert streamed.status_code == 413 and "exceeds" in streamed.json()["error"]["detail"]
+        streamed = await streamed_without_end(url, 513, block=100)
+        assert streamed.startswith(b"HTTP/1.1 413") and b"exceeds the limit" in streamed
         assert await d.phase("agent") == "idle"
         assert (await d.send("agent", "POST", "prepare", content=small)).status_code == 200
 
 
 async def test_default_body_limit_is_64_mib(one_agent: Deployment) -> None:
-    """A streamed body one byte over 64 MiB is refused with 413 in the envelope."""
+    """A streamed body one byte over 64 MiB is refused with 413 in the envelope, unfinished."""
     d = one_agent
-    total = MAX_BODY_BYTES + 1
-    block = b" " * (1024 * 1024)
-
-    async def chunks() -> AsyncIterator[bytes]:
-        sent = 0
-        while sent < total:
-            piece = block[: min(len(block), total - sent)]
-            sent += len(piece)
-            yield piece
-
     url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
-    response = await d.raw.post(url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 413
-    assert response.json()["error"]["code"] == "invalid_request"
+    reply = await streamed_without_end(url, MAX_BODY_BYTES + 1)
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert json.loads(rest)["error"]["code"] == "invalid_request"
     assert await d.phase("agent") == "idle"
 
 
@@ -763,10 +767,10 @@ async def test_checkpoint_error_from_hooks(tmp_path: Path) -> None:
 def test_routes_refuse_a_short_or_blank_token(token: str) -> None:
     """Neither the router nor mount_participant installs routes with a token under 16 characters."""
     core = make_core("agent", "agent")
-    with pytest.raises(ValueError, match="16|whitespace"):
+    with pytest.raises(ValueError, match=r"16|whitespace"):
         control_router(core, token=token, unconfined=True)
     app = FastAPI()
-    with pytest.raises(ValueError, match="16|whitespace"):
+    with pytest.raises(ValueError, match=r"16|whitespace"):
         mount_participant(app, core, token=token, checkpoint_root="/tmp")
     assert len(app.routes) == len(FastAPI().routes)
     assert not core.bounds.confined

@@ -54,17 +54,67 @@ def test_write_ready_file_is_plain_json(tmp_path: Path) -> None:
     assert json.loads(path.read_text()) == {"a": "http://127.0.0.1:1", "b": "http://127.0.0.1:2"}
 
 
-def test_main_refuses_missing_token_and_half_rows_options(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+SECRET_ENVS = (
+    "ENVCKPT_GYM_TOKEN",
+    "ENVCKPT_GYM_TOKEN_FILE",
+    "ENVCKPT_ROWS_TOKEN",
+    "ENVCKPT_ROWS_TOKEN_FILE",
+    "ENVCKPT_CHECKPOINT_ROOT",
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "says"),
+    [
+        ({}, [], "ENVCKPT_GYM_TOKEN"),
+        ({"ENVCKPT_GYM_TOKEN": "short"}, [], "16"),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN}, ["--token", TOKEN], "never taken from the command line"),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN}, ["--rows-token", ROWS_TOKEN], "never taken from the"),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN}, ["--rows-url", "http://127.0.0.1:1/rows"], "ROWS_TOKEN"),
+        (
+            {"ENVCKPT_GYM_TOKEN": TOKEN, "ENVCKPT_ROWS_TOKEN": TOKEN},
+            ["--rows-url", "http://127.0.0.1:1/rows"],
+            "must differ",
+        ),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN}, [], "checkpoint root is required"),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN}, ["--checkpoint-root", "relative"], "absolute"),
+        ({"ENVCKPT_GYM_TOKEN": TOKEN, "ENVCKPT_CHECKPOINT_ROOT": "relative"}, [], "absolute"),
+    ],
+)
+def test_main_refuses_unsafe_or_missing_settings(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    argv: list[str],
+    says: str,
 ) -> None:
-    """No token, or --rows-url without --rows-token, is a usage error (exit 2)."""
-    monkeypatch.delenv("ENVCKPT_GYM_TOKEN", raising=False)
-    ready = str(tmp_path / "urls.json")
-    with pytest.raises(SystemExit) as no_token:
-        main(["--ready-file", ready])
-    with pytest.raises(SystemExit) as half_rows:
-        main(["--token", TOKEN, "--ready-file", ready, "--rows-url", "http://127.0.0.1:1/rows"])
-    assert no_token.value.code == half_rows.value.code == 2
+    """A missing or short token, one on the command line, or no checkpoint root: exit 2."""
+    for name in SECRET_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as refused:
+        main(["--ready-file", str(tmp_path / "urls.json"), *argv])
+    assert refused.value.code == 2
+    error = capsys.readouterr().err
+    assert says in error
+    assert TOKEN not in error and ROWS_TOKEN not in error
+
+
+def test_main_reads_the_token_from_an_owner_only_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ENVCKPT_GYM_TOKEN_FILE is read only when no other user can read it."""
+    for name in SECRET_ENVS:
+        monkeypatch.delenv(name, raising=False)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o644)
+    monkeypatch.setenv("ENVCKPT_GYM_TOKEN_FILE", str(token_file))
+    with pytest.raises(SystemExit):
+        main(["--ready-file", str(tmp_path / "urls.json")])
+    assert "chmod 600" in capsys.readouterr().err
 
 
 async def wait_for_file(
@@ -86,12 +136,18 @@ async def test_the_server_process_serves_and_exits_on_sigterm(tmp_path: Path) ->
     ready = tmp_path / "urls.json"
     audit = tmp_path / "audit.jsonl"
     log = tmp_path / "server.log"
-    env = dict(os.environ, PYTHONPATH=str(REPO), ENVCKPT_GYM_TOKEN=TOKEN)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        ENVCKPT_GYM_TOKEN=TOKEN,
+        ENVCKPT_ROWS_TOKEN=ROWS_TOKEN,
+        ENVCKPT_CHECKPOINT_ROOT=str(tmp_path),
+    )
     async with serve(trainer) as trainer_url:
         process = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "envckpt.sim.server", "--seed", "8"),
             *("--ready-file", str(ready), "--audit", str(audit)),
-            *("--rows-url", f"{trainer_url}/rows", "--rows-token", ROWS_TOKEN),
+            *("--rows-url", f"{trainer_url}/rows"),
             env=env,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=log.open("wb"),
@@ -120,7 +176,7 @@ async def serve_and_checkpoint(tmp_path: Path, *, args: list[str], env: dict[str
     stderr = tmp_path / "server.err"
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "envckpt.sim.server", "--seed", "4", "--ready-file", str(ready)),
-        *args,
+        *("--checkpoint-root", str(tmp_path), *args),
         env=dict(os.environ, PYTHONPATH=str(REPO), ENVCKPT_GYM_TOKEN=TOKEN, **env),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=stderr.open("wb"),
