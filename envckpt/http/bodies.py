@@ -8,6 +8,11 @@ the same way, while reading, before a large or slow body is buffered::
     except BodyRefused as refusal:
         return refusal.response()      # 413, 408 or 422, the protocol's envelope
 
+* not declared JSON (``Content-Type`` missing, or not ``application/json`` or
+  ``application/*+json``): ``415``, unread. A browser may send a cross-origin
+  "simple" request (``text/plain``, form data, no type) to a server on
+  loopback without asking first; a JSON type makes it ask, and the servers
+  never say yes (no CORS), so a web page cannot drive these routes;
 * larger than ``max_bytes`` (declared in ``Content-Length`` or counted while
   streaming): ``413``, and the connection is closed, so the rest is never read;
 * not complete ``within`` seconds of the first read: ``408``, connection closed;
@@ -68,8 +73,18 @@ def check_limits(max_bytes: int, within: float) -> None:
         raise ValueError(f"the body read time must be positive, got {within!r}")
 
 
+def _is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 async def read_body(request: Request, *, max_bytes: int, within: float) -> bytes:
-    """The whole body, or ``BodyRefused`` (size while streaming, time, disconnect)."""
+    """The whole body, or ``BodyRefused`` (type, size while streaming, time, disconnect)."""
+    if not _is_json(request.headers.get("content-type")):
+        raise BodyRefused(415, "send the body as Content-Type: application/json", close=True)
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():

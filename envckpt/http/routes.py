@@ -63,8 +63,17 @@ def _envelope(error: ParticipantError) -> JSONResponse:
     return JSONResponse(status_code=error.status, content=error.to_wire())
 
 
-def _unauthorized() -> JSONResponse:
-    return _envelope(ParticipantError("unauthorized", "missing or wrong bearer token"))
+def _closing(request: Request, response: JSONResponse) -> JSONResponse:
+    # A refusal that leaves a body unread closes the connection: the server
+    # would otherwise keep reading (and discarding) whatever the client sends.
+    if "content-length" in request.headers or "transfer-encoding" in request.headers:
+        response.headers["connection"] = "close"
+    return response
+
+
+def _unauthorized(request: Request) -> JSONResponse:
+    error = ParticipantError("unauthorized", "missing or wrong bearer token")
+    return _closing(request, _envelope(error))
 
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
@@ -77,11 +86,10 @@ def _endpoint(
 
     async def endpoint(request: Request) -> JSONResponse:
         if not edge.authorized(request.headers.get("authorization"), token):
-            return _unauthorized()
+            return _unauthorized(request)
         if request.method != route.method:
-            return envelope_response(
-                405, f"{route.value} is a {route.method} route", {"allow": route.method}
-            )
+            detail = f"{route.value} is a {route.method} route"
+            return _closing(request, envelope_response(405, detail, {"allow": route.method}))
         body: Any = None
         if route.method == "POST":
             try:
@@ -108,8 +116,8 @@ def _endpoint(
 def _unknown_route(token: str) -> Endpoint:
     async def unknown(request: Request) -> JSONResponse:
         if not edge.authorized(request.headers.get("authorization"), token):
-            return _unauthorized()
-        return envelope_response(404, "no such control route")
+            return _unauthorized(request)
+        return _closing(request, envelope_response(404, "no such control route"))
 
     return unknown
 

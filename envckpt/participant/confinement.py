@@ -12,7 +12,8 @@ is a ``422 invalid_request`` that touches no file and changes nothing::
 
 A checkpoint directory must be an absolute, normalized path (no ``.``,
 ``..``, doubled or trailing separators), free of control, format and
-surrogate characters, at most 4096 UTF-8 bytes with no component over 255,
+surrogate characters, at most 3584 UTF-8 bytes (room below PATH_MAX for the
+participant's own files) with no component over 255,
 and resolve, symlinks included, at or under the root; so must the
 participant's own directory below it (``<dir>/gym/<kind>/<instance>``), so a
 symlink planted there cannot lead the write out either. The checks resolve
@@ -33,7 +34,9 @@ from envckpt.errors import ParticipantError
 from envckpt.participant.store.layout import participant_dir
 from envckpt.protocol import DEFAULT_MAX_LEASE_SECONDS, ErrorCode
 
-MAX_DIR_BYTES = 4096
+# Below PATH_MAX (4096 with its NUL): room for what the store adds below the
+# directory (gym/<kind>/<instance>/records-<sha256>.jsonl and temporary names).
+MAX_DIR_BYTES = 3584
 MAX_COMPONENT_BYTES = 255
 # Unicode categories never accepted in a directory name: control (NUL, newline,
 # escape), format (bidi overrides that disguise a path in a log), surrogates

@@ -146,7 +146,10 @@ def rows_router(
     async def endpoint(request: Request) -> JSONResponse:
         try:
             if not edge.authorized(request.headers.get("authorization"), token):
-                raise ParticipantError("unauthorized", "missing or wrong bearer token")
+                error = ParticipantError("unauthorized", "missing or wrong bearer token")
+                refused = _envelope(error)
+                refused.headers["connection"] = "close"  # the body is never read
+                return refused
             body = await _json_body(request, max_body_bytes)
             if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
                 raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")

@@ -24,6 +24,7 @@ from envckpt.http.bodies import (
 from envckpt.http.serve import ServerLimits, serve
 
 LIMIT = 1000
+JSON = {"Content-Type": "application/json"}
 
 
 def echo_app(*, within: float = 5.0) -> FastAPI:
@@ -96,14 +97,14 @@ async def test_a_body_within_the_limit_is_read(url: str) -> None:
     body = json.dumps({"pad": "x" * (LIMIT - 11)}).encode()
     assert len(body) == LIMIT
     async with httpx.AsyncClient() as client:
-        reply = await client.post(url, content=body)
+        reply = await client.post(url, content=body, headers=JSON)
     assert reply.status_code == 200 and len(reply.json()["got"]["pad"]) == LIMIT - 11
 
 
 async def test_a_declared_oversize_body_is_refused_unread(url: str) -> None:
     """Content-Length over the limit: 413 envelope and the connection is closed."""
     async with httpx.AsyncClient() as client:
-        reply = await client.post(url, content=b"x" * (LIMIT + 1))
+        reply = await client.post(url, content=b"x" * (LIMIT + 1), headers=JSON)
     assert reply.status_code == 413
     assert reply.json()["error"] == {
         "code": "invalid_request",
@@ -130,10 +131,8 @@ async def test_a_streamed_oversize_body_is_refused_while_it_streams() -> None:
     async with serve(echo_app()) as base:
         chunk = b"z" * (LIMIT + 100)
         request = (
-            b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-            + f"{len(chunk):x}\r\n".encode()
-            + chunk
-            + b"\r\n"
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n"
         )  # never terminated: the server must not wait for the end
         reply = await raw_exchange(base, request)
     head, _, body = reply.partition(b"\r\n\r\n")
@@ -148,9 +147,38 @@ async def test_a_body_that_stops_arriving_gets_408() -> None:
     """A client that declares a body and sends half of it gets 408 once the read time is up."""
     app_limits = ServerLimits(request_read_seconds=30.0)  # the app-level deadline acts first
     async with serve(echo_app(within=0.3), limits=app_limits) as base:
-        half = b'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"a": '
+        half = (
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"a": '
+        )
         reply = await raw_exchange(base, half)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408")
     error: dict[str, Any] = json.loads(body)["error"]
     assert error["code"] == "invalid_request" and "0.3 s" in error["detail"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+     "multipart/form-data; boundary=x", "application/jsonx", "json", "text/json"],
+)  # fmt: skip
+async def test_a_body_not_declared_json_is_refused_unread(
+    url: str, content_type: str | None
+) -> None:
+    """What a web page may send without asking first is 415, before the body is read."""
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    async with httpx.AsyncClient() as client:
+        reply = await client.post(url, content=b'{"a": 1}', headers=headers)
+    assert reply.status_code == 415 and reply.json()["error"]["code"] == "invalid_request"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "Application/JSON; charset=utf-8", "application/problem+json"],
+)
+async def test_json_media_types_are_accepted(url: str, content_type: str) -> None:
+    """application/json with parameters, in any case, and +json types are JSON."""
+    async with httpx.AsyncClient() as client:
+        reply = await client.post(url, content=b'{"a": 1}', headers={"Content-Type": content_type})
+    assert reply.json() == {"got": {"a": 1}}

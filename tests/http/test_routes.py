@@ -584,7 +584,10 @@ async def streamed_without_end(url: str, total: int, block: int = 1024 * 1024) -
     host_port, _, path = url.removeprefix("http://").partition("/")
     host, _, port = host_port.partition(":")
     reader, writer = await asyncio.open_connection(host, int(port))
-    head = f"POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+    head = (
+        f"POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\n"
+    )
     writer.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
     sent = 0
     try:
