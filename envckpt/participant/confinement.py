@@ -34,6 +34,14 @@ from envckpt.errors import ParticipantError
 from envckpt.participant.store.layout import participant_dir
 from envckpt.protocol import DEFAULT_MAX_LEASE_SECONDS, ErrorCode
 
+__all__ = [
+    "DEFAULT_MAX_LEASE_SECONDS",
+    "MAX_COMPONENT_BYTES",
+    "MAX_DIR_BYTES",
+    "RequestBounds",
+    "check_dir_shape",
+]
+
 # Below PATH_MAX (4096 with its NUL): room for what the store adds below the
 # directory (gym/<kind>/<instance>/records-<sha256>.jsonl and temporary names).
 MAX_DIR_BYTES = 3584

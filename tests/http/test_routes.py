@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from envckpt.coordination.inprocess import corrupt_records_file
 from envckpt.errors import CoordinationError
 from envckpt.http.routes import MAX_BODY_BYTES, control_router, mount_participant
+from envckpt.http.serve import serve
 from envckpt.participant.hooks import NoState
 from envckpt.participant.store import MANIFEST_NAME, participant_dir
 from envckpt.protocol import ROUTES
@@ -879,3 +880,33 @@ async def test_a_directory_reused_for_another_checkpoint_is_refused(
     assert await d.phase("agent") == "prepared"
     assert {path.name: path.read_bytes() for path in published.iterdir()} == before
     assert json.loads((published / MANIFEST_NAME).read_text())["checkpoint_id"] == first
+
+
+async def test_on_a_host_app_every_answer_under_the_prefix_is_the_envelope(tmp_path: Path) -> None:
+    """A host's own FastAPI app: unknown control paths 404, wrong methods 405, all enveloped,
+    and 401 first without the token; the host's other routes keep FastAPI's answers."""
+    import httpx
+
+    app = FastAPI()
+    mount_participant(app, make_core("agent", "agent"), token=TOKEN, checkpoint_root=tmp_path)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    prefix = "/ng-control/v1/checkpoint"
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for method, path, status in (
+            ("GET", prefix, 404),
+            ("GET", f"{prefix}/", 404),
+            ("GET", f"{prefix}/nope", 404),
+            ("POST", f"{prefix}/status/x", 404),
+            ("PUT", f"{prefix}/prepare", 405),
+            ("DELETE", f"{prefix}/status", 405),
+            ("OPTIONS", f"{prefix}/commit", 405),
+            ("PATCH", f"{prefix}/nope", 404),
+        ):
+            reply = await client.request(method, path, headers=auth)
+            assert reply.status_code == status, (method, path, reply.text)
+            assert reply.json()["error"]["code"] == "invalid_request"
+            bare = await client.request(method, path)
+            assert bare.status_code == 401 and bare.json()["error"]["code"] == "unauthorized"
+        head = await client.head(f"{prefix}/status", headers=auth)
+        assert head.status_code == 405 and head.headers["content-type"] == "application/json"
+        assert (await client.get("/elsewhere")).json() == {"detail": "Not Found"}
