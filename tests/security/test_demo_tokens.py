@@ -53,20 +53,24 @@ class JobWatcher:
         self.stop = threading.Event()
 
     def job_pids(self) -> list[int]:
+        """Our trainer children (each leads its process group) and every member of their groups.
+
+        Other children of this process (servers other tests left running) are not the demo's.
+        """
         mine = os.getpid()
-        pids = []
+        stats: dict[int, tuple[int, int]] = {}
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == mine:
-                continue
-            stat = read_proc(int(entry.name), "stat")
-            if stat is None:
-                continue
-            fields = stat.rsplit(b")", 1)[-1].split()
-            parent, group = int(fields[1]), int(fields[2])
-            # The trainer is our child and leads its own group; its Gym servers are in it.
-            if parent == mine or group in {p for p in self.cmdlines if p != mine}:
-                pids.append(int(entry.name))
-        return pids
+            stat = read_proc(int(entry.name), "stat") if entry.name.isdigit() else None
+            if stat is not None:
+                fields = stat.rsplit(b")", 1)[-1].split()
+                stats[int(entry.name)] = (int(fields[1]), int(fields[2]))
+        trainers = {
+            pid
+            for pid, (parent, _) in stats.items()
+            if parent == mine
+            and b"envckpt.demo.trainer_process" in (read_proc(pid, "cmdline") or b"")
+        }
+        return [pid for pid, (_, group) in stats.items() if pid in trainers or group in trainers]
 
     def sample(self) -> None:
         for pid in self.job_pids():
@@ -96,7 +100,14 @@ def test_the_scan_finds_a_token_on_a_command_line_or_in_a_file(tmp_path: Path) -
     dirty.write_bytes(b"token=" + secret + b"\n")
     watcher = JobWatcher()
     child = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)", secret.decode()],
+        # Looks like a trainer to the watcher (which follows only the demo's processes).
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(30)",
+            "envckpt.demo.trainer_process",
+            secret.decode(),
+        ],
         start_new_session=True,
     )
     try:
