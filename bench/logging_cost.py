@@ -43,7 +43,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.machines import binding
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789"
 EPISODES, STATE_BYTES = 100, 1000
 PARTICIPANTS = (("policy", "model"), ("agent", "agent"), ("resources", "resources"))
 

@@ -41,6 +41,9 @@ from typing import Any
 
 import structlog
 
+# Servers refuse a token under 16 characters.
+TOKEN = "bench-token-profiles"
+
 
 def _package(filename: str) -> str:
     if filename.startswith("~") or filename.startswith("<"):
@@ -82,8 +85,8 @@ async def _coordinator(
     root = workdir / "checkpoints"
     root.mkdir()
     with (
-        Fleet("envckpt", count=instances, workdir=workdir, token="t") as envckpt,
-        Fleet("floor", count=1, workdir=workdir, token="t") as floor,
+        Fleet("envckpt", count=instances, workdir=workdir, token=TOKEN) as envckpt,
+        Fleet("floor", count=1, workdir=workdir, token=TOKEN) as floor,
     ):
         driver = pause._Driver(envckpt, floor, count=instances, root=root)
         await driver.start()
@@ -107,8 +110,8 @@ async def _server(workdir: Path, cycles: int, variant: str) -> pstats.Stats:
     profiles = workdir / "profiles"
     profiles.mkdir()
     with (
-        Fleet("envckpt", count=1, workdir=workdir, token="t", profile_dir=profiles) as envckpt,
-        Fleet("floor", count=1, workdir=workdir, token="t", profile_dir=profiles) as floor,
+        Fleet("envckpt", count=1, workdir=workdir, token=TOKEN, profile_dir=profiles) as envckpt,
+        Fleet("floor", count=1, workdir=workdir, token=TOKEN, profile_dir=profiles) as floor,
     ):
         driver = pause._Driver(envckpt, floor, count=1, root=root)
         await driver.start()

@@ -44,7 +44,7 @@ from envckpt.machines.binding import bind
 from envckpt.machines.table import STAYS
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789"
 POOL = 100
 PARTICIPANTS = (("policy", "model"), ("agent", "agent"), ("resources", "resources"))
 

@@ -203,6 +203,20 @@ def error_envelope(code: str, detail: str) -> dict[str, Any]:
 
 MAX_EPISODES_PER_REQUEST = 1_000_000
 MAX_PATH_LENGTH = 4096
+# A rollout id's longest form on the wire: with its capture-key suffix
+# (``-a<attempt>``) it stays one file-name component (255 bytes).
+MAX_ROLLOUT_ID_LENGTH = 200
+# The largest attempt number accepted: a JSON number every client reads exactly.
+MAX_ATTEMPT = 2**31 - 1
+# How far ahead of a participant's clock a deadline may lie (its lease follows
+# the deadline, so an unbounded one would keep it closed forever).
+DEFAULT_MAX_LEASE_SECONDS = 3600.0
+
+
+def _bounded_rollout_id(value: str) -> str:
+    if len(value) > MAX_ROLLOUT_ID_LENGTH:
+        raise ValueError(f"rollout_id longer than {MAX_ROLLOUT_ID_LENGTH} characters")
+    return validate_rollout_id(value)
 
 
 class WireEpisode(BaseModel):
@@ -216,13 +230,13 @@ class WireEpisode(BaseModel):
     @field_validator("rollout_id")
     @classmethod
     def _rollout_id(cls, value: str) -> str:
-        return validate_rollout_id(value)
+        return _bounded_rollout_id(value)
 
     @field_validator("attempt")
     @classmethod
     def _attempt(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError("attempt must be non-negative")
+        if not 0 <= value <= MAX_ATTEMPT:
+            raise ValueError(f"attempt must be between 0 and {MAX_ATTEMPT}")
         return value
 
     def episode(self) -> EnvironmentEpisode:
@@ -291,7 +305,7 @@ class ForgetRequest(ControlRequest):
     @field_validator("rollout_ids")
     @classmethod
     def _rollout_ids(cls, value: list[str]) -> list[str]:
-        return [validate_rollout_id(rollout_id) for rollout_id in value]
+        return [_bounded_rollout_id(rollout_id) for rollout_id in value]
 
 
 REQUEST_MODELS: Mapping[str, type[ControlRequest]] = MappingProxyType(

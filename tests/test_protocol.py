@@ -143,3 +143,21 @@ def test_forget_validates_rollout_ids(rollout_id: object) -> None:
     """forget refuses rollout ids outside the grammar."""
     with pytest.raises(ValidationError):
         ForgetRequest.model_validate({**BASE, "rollout_ids": ["ok", rollout_id]})
+
+
+def test_attempts_and_rollout_ids_are_bounded() -> None:
+    """Attempts up to 2**31 - 1 and rollout ids up to 200 characters; one more is refused."""
+    from pydantic import ValidationError
+
+    from envckpt.protocol import MAX_ATTEMPT, MAX_ROLLOUT_ID_LENGTH, ForgetRequest, WireEpisode
+
+    assert MAX_ATTEMPT == 2**31 - 1 and MAX_ROLLOUT_ID_LENGTH == 200
+    WireEpisode(rollout_id="r" * MAX_ROLLOUT_ID_LENGTH, attempt=MAX_ATTEMPT)
+    for bad in ({"rollout_id": "r", "attempt": MAX_ATTEMPT + 1},
+                {"rollout_id": "r" * (MAX_ROLLOUT_ID_LENGTH + 1), "attempt": 0}):  # fmt: skip
+        with pytest.raises(ValidationError):
+            WireEpisode.model_validate(bad)
+    with pytest.raises(ValidationError):
+        ForgetRequest.model_validate(
+            {"checkpoint_id": "c", "deadline_ts": 1.0, "rollout_ids": ["r" * 201]}
+        )

@@ -1,15 +1,19 @@
 """Where the demo job's Gym instances live: server processes on loopback, or Ray actors.
 
-    async with http_instances(settings, token=t, rows_url=u, incarnation=n) as hosted:
+    async with http_instances(settings, tokens=tokens, rows_url=u, incarnation=n) as hosted:
         facade = GymEnvironmentCheckpoint(hosted.instances)
         ...                                  # hosted.backend runs rollouts
         await hosted.stop()                  # stop the Gym servers now (a preempted node)
 
 Each Gym server is a child ``python -m envckpt.sim.server`` process of the
 trainer, in the trainer's process group, so a SIGKILL of the group takes
-both down, as a node failure would. Each writes its events as JSON lines to
-``run/gym-<index>-<incarnation>.jsonl`` (every participant transition, named
-by server and Gym instance), which ``envckpt statecharts --overlay`` draws.
+both down, as a node failure would. Its tokens (``JobTokens``: one for the
+control plane, another for the trainer's rows endpoint) reach it through its
+environment, never its command line, and its participants may only write
+under the demo's directory (``--checkpoint-root``). Each writes its events as
+JSON lines to ``run/gym-<index>-<incarnation>.jsonl`` (every participant
+transition, named by server and Gym instance), which ``envckpt statecharts
+--overlay`` draws.
 """
 
 from __future__ import annotations
@@ -30,8 +34,49 @@ from envckpt.demo.scenario import DemoSettings
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.http.tokens import new_token, require_strong_token
 from envckpt.sim.http_gym import HttpGym
 from envckpt.trainer.job import RolloutBackend
+
+# How the demo hands its tokens to the trainer process (never on a command line).
+CONTROL_TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
+ROWS_TOKEN_ENV = "ENVCKPT_DEMO_ROWS_TOKEN"
+# How the trainer hands them to each Gym server process (envckpt.sim.server).
+GYM_TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
+GYM_ROWS_TOKEN_ENV = "ENVCKPT_ROWS_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class JobTokens:
+    """The job's two secrets: the Gym control plane's, and the trainer's rows endpoint's."""
+
+    control: str
+    rows: str
+
+    def __post_init__(self) -> None:
+        require_strong_token(self.control, what="control token")
+        require_strong_token(self.rows, what="rows token")
+        if self.control == self.rows:
+            raise ValueError("the control and rows tokens must differ")
+
+    def __repr__(self) -> str:  # never shown, not even in a traceback's locals
+        return "JobTokens(control=<hidden>, rows=<hidden>)"
+
+    @classmethod
+    def fresh(cls) -> JobTokens:
+        """Two new random tokens (the demo makes one pair per run)."""
+        return cls(new_token(), new_token())
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JobTokens:
+        """The pair the demo passed to this trainer process, or a fresh one."""
+        env = os.environ if environ is None else environ
+        control, rows = env.get(CONTROL_TOKEN_ENV, ""), env.get(ROWS_TOKEN_ENV, "")
+        return cls(control, rows) if control or rows else cls.fresh()
+
+    def trainer_env(self) -> dict[str, str]:
+        """Environment entries passing the pair to a trainer process."""
+        return {CONTROL_TOKEN_ENV: self.control, ROWS_TOKEN_ENV: self.rows}
 
 
 @dataclass
@@ -57,14 +102,15 @@ class HttpBackend:
 
 @contextlib.asynccontextmanager
 async def gym_processes(
-    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
+    settings: DemoSettings, *, tokens: JobTokens, rows_url: str, incarnation: int
 ) -> AsyncIterator[tuple[dict[str, dict[str, str]], list[subprocess.Popen[bytes]]]]:
     """One ``envckpt.sim.server`` child per instance; yields instance -> URLs, and the children."""
     run_dir = settings.directory / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     children: list[subprocess.Popen[bytes]] = []
     ready: dict[str, Path] = {}
-    env = dict(os.environ, ENVCKPT_GYM_TOKEN=token)
+    env = {k: v for k, v in os.environ.items() if k not in (CONTROL_TOKEN_ENV, ROWS_TOKEN_ENV)}
+    env.update({GYM_TOKEN_ENV: tokens.control, GYM_ROWS_TOKEN_ENV: tokens.rows})
     try:
         for index, instance in enumerate(settings.instance_list()):
             ready_file = run_dir / f"gym-{index}-{incarnation}.json"
@@ -83,8 +129,8 @@ async def gym_processes(
                         str(settings.directory / "audit.jsonl"),
                         "--rows-url",
                         rows_url,
-                        "--rows-token",
-                        token,
+                        "--checkpoint-root",
+                        str(settings.directory),
                         "--tool-latency",
                         str(settings.tool_latency),
                         "--ready-file",
@@ -138,14 +184,15 @@ class RayBackend:
 
 @contextlib.asynccontextmanager
 async def http_instances(
-    settings: DemoSettings, *, token: str, rows_url: str, incarnation: int
+    settings: DemoSettings, *, tokens: JobTokens, rows_url: str, incarnation: int
 ) -> AsyncIterator[Hosted]:
     """Gym servers as child processes, driven over HTTP."""
-    async with gym_processes(settings, token=token, rows_url=rows_url, incarnation=incarnation) as (
-        urls,
-        children,
-    ):
-        gyms = {iid: HttpGym(server_urls, token=token) for iid, server_urls in urls.items()}
+    async with gym_processes(
+        settings, tokens=tokens, rows_url=rows_url, incarnation=incarnation
+    ) as (urls, children):
+        gyms = {
+            iid: HttpGym(server_urls, token=tokens.control) for iid, server_urls in urls.items()
+        }
 
         async def stop() -> None:
             for child in children:
@@ -171,7 +218,7 @@ async def http_instances(
 
 @contextlib.asynccontextmanager
 async def ray_instances(
-    settings: DemoSettings, *, token: str, rows_url: str
+    settings: DemoSettings, *, tokens: JobTokens, rows_url: str
 ) -> AsyncIterator[Hosted]:
     """One Ray actor per instance, each hosting its Gym deployment and adapter."""
     import ray
@@ -192,7 +239,7 @@ async def ray_instances(
             audit_path=str(settings.directory / "audit.jsonl"),
         )
         clients = spawn_instances(
-            settings.instance_list(), config, rows_url=rows_url, rows_token=token
+            settings.instance_list(), config, rows_url=rows_url, rows_token=tokens.rows
         )
 
         async def stop() -> None:

@@ -11,12 +11,14 @@ from the files the job left: event log, results, the tool's audit log.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from typing import Any
 
 from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
+from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
 from envckpt.demo.report import ProgressBar, Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
@@ -35,8 +37,12 @@ def start_job(
     interruption: Interruption | None = None,
     crash_at: str | None = None,
     ray: bool = False,
+    tokens: JobTokens | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Launch the trainer (which launches its Gym servers) in a new process group."""
+    """Launch the trainer (which launches its Gym servers) in a new process group.
+
+    ``tokens`` (random ones if not given) reach it through its environment.
+    """
     command = [
         sys.executable,
         "-m",
@@ -52,8 +58,11 @@ def start_job(
         command += ["--crash-at", crash_at]
     if ray:
         command.append("--ray")
+    env = {**os.environ, **(tokens or JobTokens.fresh()).trainer_env()}
     log = (settings.directory / f"trainer-{incarnation}.out").open("ab")
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
 
 
 def watch(
@@ -95,9 +104,12 @@ def run_processes(
     save_settings(settings, settings.directory / SETTINGS_NAME)
     save_plan(plan, settings.directory / PLAN_NAME)
     exits: dict[int, int | None] = {}
+    tokens = JobTokens.fresh()  # one random pair per run, never on a command line
     for incarnation in range(1, len(plan) + 3):
         interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
-        process = start_job(settings, incarnation, interruption=interruption, ray=ray)
+        process = start_job(
+            settings, incarnation, interruption=interruption, ray=ray, tokens=tokens
+        )
         code = watch(settings, process, incarnation)
         exits[incarnation] = code
         record_exit(settings.directory, incarnation, code)

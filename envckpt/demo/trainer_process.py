@@ -36,15 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from fastapi import FastAPI
 
 from envckpt import crashpoints
 from envckpt.demo.events import EVENTS_NAME, EventLog
-from envckpt.demo.gym_hosting import Hosted, http_instances, ray_instances
+from envckpt.demo.gym_hosting import Hosted, JobTokens, http_instances, ray_instances
 from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
 from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.fsutil import atomic_write_bytes
+from envckpt.http.apps import new_app
 from envckpt.http.serve import serve
 from envckpt.sim.data_routes import rows_router
 from envckpt.trainer.barrier import DataPlaneBarrier
@@ -60,7 +60,6 @@ from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
 from envckpt.trainer.startup import PendingStaging, claim_root, start_trainer
 
-TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
 # Each refused snapshot costs one restart of the Gym servers; there are at
 # most keep_latest_k snapshots to refuse.
 _MAX_GYM_RESTARTS = 8
@@ -70,7 +69,7 @@ async def run_job(
     settings: DemoSettings,
     *,
     incarnation: int,
-    token: str,
+    tokens: JobTokens,
     interruption: Interruption | None = None,
     use_ray: bool = False,
 ) -> int:
@@ -79,8 +78,8 @@ async def run_job(
     events.emit("started", pid=os.getpid(), ray=use_ray)
     signals = JobSignals(grace_seconds=settings.grace_seconds)
     rows = PendingStaging()
-    app = FastAPI()
-    app.include_router(rows_router(rows.stage, token=token))
+    app = new_app()
+    app.include_router(rows_router(rows.stage, token=tokens.rows))
     lock = None
     try:
         # Before any Gym server starts: a root this job cannot use refuses at once.
@@ -89,10 +88,10 @@ async def run_job(
             rows_url = f"{trainer_url}/rows"
             for _ in range(_MAX_GYM_RESTARTS):
                 hosting = (
-                    ray_instances(settings, token=token, rows_url=rows_url)
+                    ray_instances(settings, tokens=tokens, rows_url=rows_url)
                     if use_ray
                     else http_instances(
-                        settings, token=token, rows_url=rows_url, incarnation=incarnation
+                        settings, tokens=tokens, rows_url=rows_url, incarnation=incarnation
                     )
                 )
                 async with hosting as hosted:
@@ -221,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
-    token = os.environ.get(TOKEN_ENV) or "envckpt-demo-token"
+    # From the demo (ENVCKPT_DEMO_TOKEN, ENVCKPT_DEMO_ROWS_TOKEN), else random:
+    # this process is the only client of its Gym servers and its rows endpoint.
+    tokens = JobTokens.from_env()
     log_path = settings.directory / f"trainer-{args.incarnation}.log"
     structlog.configure(
         processors=[
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             run_job(
                 settings,
                 incarnation=args.incarnation,
-                token=token,
+                tokens=tokens,
                 interruption=interruption,
                 use_ray=args.ray,
             )

@@ -1,146 +1,179 @@
 """The participant's control routes on a FastAPI app.
 
-Every route checks the bearer token, then reads its raw body itself instead
-of letting FastAPI parse a model, so every failure, a malformed body
-included, is answered with the protocol's error envelope; ``edge.handle``
-then validates the body and makes the call, exactly as for the in-process
-transport::
+Every request under the control prefix is answered here, and always with the
+protocol's JSON (a reply or the error envelope): the bearer token is checked
+first, then the method (405), then the body is read within its size and time
+limits (413, 408) and parsed (422), and ``edge.handle`` validates it, checks
+it against the participant's bounds and makes the call, exactly as for the
+in-process transport::
 
     core = ParticipantCore(server_name="policy", kind="model", hooks=hooks)
-    mount_participant(app, core, token=token)   # any FastAPI app, a nemo-gym server's too
+    mount_participant(app, core, token=token, checkpoint_root="/data/ckpt")
     # GET  /ng-control/v1/checkpoint/status
     # POST /ng-control/v1/checkpoint/{prepare,renew,commit,restore,resume,retire,forget}
+    # anything else under the prefix: 401, or 404/405 in the envelope
 
-The bearer token is checked before the body is read (an unauthenticated
-client cannot make the server buffer a large body) and is never logged.
+A participant serves its routes only with a token of at least 16 characters
+and only when told where checkpoints may go: ``checkpoint_root`` (commit and
+restore directories must resolve under it), or an explicit
+``unconfined=True`` for a host that trusts every holder of the token. The
+token is checked before the body is read (an unauthenticated client cannot
+make the server buffer a large body) and is never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, NoReturn
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.requests import ClientDisconnect
 
 from envckpt.errors import ParticipantError
+from envckpt.http.apps import envelope_response
+from envckpt.http.bodies import (
+    BODY_READ_SECONDS,
+    CONTROL_MAX_BODY_BYTES,
+    BodyRefused,
+    check_limits,
+    parse_json,
+    read_body,
+)
+from envckpt.http.tokens import require_strong_token
 from envckpt.participant import edge
+from envckpt.participant.confinement import RequestBounds
 from envckpt.participant.core import ParticipantCore
-from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
+from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES, Route
 
-MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_BODY_BYTES = CONTROL_MAX_BODY_BYTES
 # How often a mounted participant checks its lease when no call arrives.
 DEFAULT_LEASE_CHECK_SECONDS = 1.0
 # The app.state attribute naming the participant mounted on an app.
 _MOUNTED = "envckpt_participant"
 # What the edge sees in place of the secret once a request is authenticated.
 _VERIFIED = "verified-by-envckpt-http-routes"
-
-
-class _BadBody(Exception):
-    """The request body is not one JSON value of acceptable size."""
-
-
-def _reject_constant(name: str) -> NoReturn:
-    # Python's json accepts NaN and Infinity; JSON does not.
-    raise _BadBody(f"{name} is not valid JSON")
-
-
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise _BadBody("malformed Content-Length") from None
-        if size > max_bytes:
-            raise _BadBody(f"body of {size} bytes exceeds the limit of {max_bytes} bytes")
-    chunks: list[bytes] = []
-    received = 0
-    try:
-        async for chunk in request.stream():
-            received += len(chunk)
-            if received > max_bytes:
-                raise _BadBody(f"body exceeds the limit of {max_bytes} bytes")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise _BadBody("the client disconnected while sending the body") from None
-    return b"".join(chunks)
-
-
-def _parse_json(raw: bytes) -> Any:
-    if not raw.strip():
-        raise _BadBody("the body is empty; send a JSON object")
-    try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except _BadBody:
-        raise
-    except (ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError
-        raise _BadBody(f"the body is not valid JSON: {error}") from None
+# Every method reaches the endpoints, so a wrong one is answered here.
+_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def _envelope(error: ParticipantError) -> JSONResponse:
     return JSONResponse(status_code=error.status, content=error.to_wire())
 
 
+def _closing(request: Request, response: JSONResponse) -> JSONResponse:
+    # A refusal that leaves a body unread closes the connection: the server
+    # would otherwise keep reading (and discarding) whatever the client sends.
+    if "content-length" in request.headers or "transfer-encoding" in request.headers:
+        response.headers["connection"] = "close"
+    return response
+
+
+def _unauthorized(request: Request) -> JSONResponse:
+    error = ParticipantError("unauthorized", "missing or wrong bearer token")
+    return _closing(request, _envelope(error))
+
+
 Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
 
 
-def _endpoint(core: ParticipantCore, route: str, token: str, max_body_bytes: int) -> Endpoint:
+def _endpoint(
+    core: ParticipantCore, route: Route, token: str, limits: tuple[int, float]
+) -> Endpoint:
+    max_bytes, within = limits
+
     async def endpoint(request: Request) -> JSONResponse:
         if not edge.authorized(request.headers.get("authorization"), token):
-            return _envelope(ParticipantError("unauthorized", "missing or wrong bearer token"))
+            return _unauthorized(request)
+        if request.method != route.method:
+            detail = f"{route.value} is a {route.method} route"
+            return _closing(request, envelope_response(405, detail, {"allow": route.method}))
         body: Any = None
-        # status takes no body; a wrong method is refused by the edge with the envelope.
-        if request.method == "POST" and route != "status":
+        if route.method == "POST":
             try:
-                body = _parse_json(await _read_body(request, max_body_bytes))
-            except _BadBody as error:
-                return _envelope(ParticipantError("invalid_request", str(error)))
+                body = parse_json(await read_body(request, max_bytes=max_bytes, within=within))
+            except BodyRefused as refusal:
+                return refusal.response()
         # Authenticated above. edge.handle logs unexpected failures with a
         # traceback, and a renderer that shows frame locals would print its
         # arguments, so it gets a stand-in credential rather than the secret.
         status, reply = await edge.handle(
             core,
             request.method,
-            route,
+            route.value,
             body,
             authorization=f"Bearer {_VERIFIED}",
             token=_VERIFIED,
         )
         return JSONResponse(status_code=status, content=reply)
 
-    endpoint.__name__ = f"checkpoint_{route}"
+    endpoint.__name__ = f"checkpoint_{route.value}"
     return endpoint
 
 
-def control_router(
-    core: ParticipantCore, *, token: str, max_body_bytes: int = MAX_BODY_BYTES
-) -> APIRouter:
-    """The eight control routes of ``core`` under ``CHECKPOINT_ROUTE_PREFIX``.
+def _unknown_route(token: str) -> Endpoint:
+    async def unknown(request: Request) -> JSONResponse:
+        if not edge.authorized(request.headers.get("authorization"), token):
+            return _unauthorized(request)
+        return _closing(request, envelope_response(404, "no such control route"))
 
-    Raises ``ValueError`` for an empty token: a participant never serves its
-    control routes unauthenticated.
+    return unknown
+
+
+def control_router(
+    core: ParticipantCore,
+    *,
+    token: str,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_read_seconds: float = BODY_READ_SECONDS,
+    unconfined: bool = False,
+) -> APIRouter:
+    """The control routes of ``core`` under ``CHECKPOINT_ROUTE_PREFIX``, and its 404s.
+
+    Raises ``ValueError`` for a token under 16 characters, and for a core
+    without a checkpoint root unless ``unconfined`` says that is intended.
     """
-    token = edge.check_token(token)
-    if max_body_bytes < 1:
-        raise ValueError("max_body_bytes must be positive")
+    token = require_strong_token(token, what="control token")
+    check_limits(max_body_bytes, body_read_seconds)
+    if not core.bounds.confined and not unconfined:
+        raise ValueError(
+            f"participant {core.server_name!r} has no checkpoint root: pass checkpoint_root= "
+            "(where commit and restore may name directories), or unconfined=True"
+        )
     router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
     for route in ROUTES:
-        # Both methods reach the endpoint, so a wrong one gets the envelope
-        # (invalid_request) rather than FastAPI's bare 405.
         router.add_api_route(
-            f"/{route}",
-            _endpoint(core, route, token, max_body_bytes),
-            methods=["GET", "POST"],
+            f"/{route.value}",
+            _endpoint(core, route, token, (max_body_bytes, body_read_seconds)),
+            methods=_METHODS,
             response_class=JSONResponse,
             include_in_schema=False,
         )
+    unknown = _unknown_route(token)
+    for path in ("", "/{rest:path}"):
+        router.add_api_route(
+            path, unknown, methods=_METHODS, response_class=JSONResponse, include_in_schema=False
+        )
     return router
+
+
+def confine(
+    core: ParticipantCore, checkpoint_root: str | os.PathLike[str] | None, *, unconfined: bool
+) -> None:
+    """Give ``core`` its checkpoint root (once), or check that running without one is intended."""
+    if checkpoint_root is None:
+        if core.bounds.confined and unconfined:
+            raise ValueError("unconfined=True, but the participant has a checkpoint root")
+        return
+    if unconfined:
+        raise ValueError("pass checkpoint_root or unconfined=True, not both")
+    wanted = RequestBounds.under(checkpoint_root, max_lease_seconds=core.bounds.max_lease_seconds)
+    current = core.bounds.checkpoint_root
+    if current is not None and current != wanted.checkpoint_root:
+        raise ValueError(f"the participant is already confined to {current}")
+    core.bounds = wanted
 
 
 def mount_participant(
@@ -148,10 +181,17 @@ def mount_participant(
     core: ParticipantCore,
     *,
     token: str,
+    checkpoint_root: str | os.PathLike[str] | None = None,
+    unconfined: bool = False,
     max_body_bytes: int = MAX_BODY_BYTES,
+    body_read_seconds: float = BODY_READ_SECONDS,
     lease_check_seconds: float | None = DEFAULT_LEASE_CHECK_SECONDS,
 ) -> None:
     """Install ``core``'s control routes on ``app`` (a nemo-gym server's app included).
+
+    ``checkpoint_root`` confines commit and restore to directories under it
+    (the core may already have one from ``ParticipantCore(checkpoint_root=...)``);
+    without any, the call is refused unless ``unconfined=True``.
 
     With ``lease_check_seconds`` set, the app's lifespan also runs the core's
     lease watchdog, so a participant a coordinator abandoned reopens on its
@@ -161,11 +201,20 @@ def mount_participant(
     """
     if getattr(app.state, _MOUNTED, None) is not None:
         raise ValueError("this app already serves checkpoint control routes (one per server)")
-    app.include_router(control_router(core, token=token, max_body_bytes=max_body_bytes))
+    require_strong_token(token, what="control token")
+    if lease_check_seconds is not None and lease_check_seconds <= 0:
+        raise ValueError("lease_check_seconds must be positive")
+    confine(core, checkpoint_root, unconfined=unconfined)
+    router = control_router(
+        core,
+        token=token,
+        max_body_bytes=max_body_bytes,
+        body_read_seconds=body_read_seconds,
+        unconfined=unconfined,
+    )
+    app.include_router(router)
     setattr(app.state, _MOUNTED, core.server_name)
     if lease_check_seconds is not None:
-        if lease_check_seconds <= 0:
-            raise ValueError("lease_check_seconds must be positive")
         _run_during_lifespan(app, lambda: core.run_lease_watchdog(lease_check_seconds))
 
 

@@ -12,6 +12,15 @@ socket, so concurrent runs never collide::
 
 The helpers leave the process alone: no signal handlers are installed and
 logging is not reconfigured (uvicorn's loggers only get ``log_level``).
+
+Every server gets deliberate connection limits (``ServerLimits``): a request
+must arrive whole within ``request_read_seconds`` (``read_guard``: slow
+headers and slow bodies alike), an idle keep-alive connection is closed after
+``keep_alive_seconds``, longer than any envckpt client keeps one idle
+(``http.client.DEFAULT_KEEPALIVE_SECONDS``, 4 s, and the data clients' 4 s),
+so a client never sends on a connection the server is closing, except in the
+race its stale-connection retry covers; headers are capped at
+``max_header_bytes``.
 """
 
 from __future__ import annotations
@@ -21,14 +30,43 @@ import contextlib
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
+
+from envckpt.http.read_guard import REQUEST_READ_SECONDS, guarded_h11
 
 DEFAULT_HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 30.0
 # In-flight requests get this long at shutdown before they are cancelled.
 GRACEFUL_SHUTDOWN_SECONDS = 2
+# Above every envckpt client's idle keep-alive (4 s): the client closes first.
+SERVER_KEEP_ALIVE_SECONDS = 5
+MAX_HEADER_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """Connection limits of a server envckpt starts (see the module docstring)."""
+
+    request_read_seconds: float = REQUEST_READ_SECONDS
+    keep_alive_seconds: int = SERVER_KEEP_ALIVE_SECONDS
+    max_header_bytes: int = MAX_HEADER_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.request_read_seconds > 0 or self.keep_alive_seconds < 1:
+            raise ValueError("request_read_seconds and keep_alive_seconds must be positive")
+        if self.max_header_bytes < 1024:
+            raise ValueError("max_header_bytes must be at least 1024")
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """The ``uvicorn.Config`` keywords that apply these limits."""
+        return {
+            "http": guarded_h11(read_seconds=self.request_read_seconds),
+            "timeout_keep_alive": self.keep_alive_seconds,
+            "h11_max_incomplete_event_size": self.max_header_bytes,
+        }
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -62,7 +100,9 @@ class _Running:
         await self.task
 
 
-async def _start(app: Any, *, host: str, log_level: str | None, startup_timeout: float) -> _Running:
+async def _start(
+    app: Any, *, host: str, log_level: str | None, startup_timeout: float, limits: ServerLimits
+) -> _Running:
     config = uvicorn.Config(
         app,
         host=host,
@@ -72,6 +112,7 @@ async def _start(app: Any, *, host: str, log_level: str | None, startup_timeout:
         access_log=False,
         lifespan="auto",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        **limits.uvicorn_options(),
     )
     server = _EmbeddedServer(config)
     task = asyncio.create_task(_run(server), name="envckpt-uvicorn")
@@ -102,11 +143,18 @@ async def serve_many(
     host: str = DEFAULT_HOST,
     log_level: str | None = "warning",
     startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+    limits: ServerLimits = ServerLimits(),
 ) -> AsyncIterator[list[str]]:
     """Serve each app on its own ephemeral port; yield their base URLs in order."""
     started = await asyncio.gather(
         *(
-            _start(app, host=host, log_level=log_level, startup_timeout=startup_timeout)
+            _start(
+                app,
+                host=host,
+                log_level=log_level,
+                startup_timeout=startup_timeout,
+                limits=limits,
+            )
             for app in apps
         ),
         return_exceptions=True,
@@ -138,10 +186,11 @@ async def serve(
     host: str = DEFAULT_HOST,
     log_level: str | None = "warning",
     startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+    limits: ServerLimits = ServerLimits(),
 ) -> AsyncIterator[str]:
     """Serve ``app`` as a task of the running loop; yield its base URL, stop on exit."""
     async with serve_many(
-        [app], host=host, log_level=log_level, startup_timeout=startup_timeout
+        [app], host=host, log_level=log_level, startup_timeout=startup_timeout, limits=limits
     ) as urls:
         yield urls[0]
 
@@ -153,6 +202,7 @@ def serve_many_in_thread(
     host: str = DEFAULT_HOST,
     log_level: str | None = "warning",
     startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+    limits: ServerLimits = ServerLimits(),
 ) -> Iterator[list[str]]:
     """``serve_many`` on a new event loop in a daemon thread; yield the base URLs."""
     handoff: queue.Queue[tuple[list[str], asyncio.AbstractEventLoop, asyncio.Event] | BaseException]
@@ -162,7 +212,7 @@ def serve_many_in_thread(
     async def main() -> None:
         stop = asyncio.Event()
         async with serve_many(
-            apps, host=host, log_level=log_level, startup_timeout=startup_timeout
+            apps, host=host, log_level=log_level, startup_timeout=startup_timeout, limits=limits
         ) as urls:
             handoff.put((urls, asyncio.get_running_loop(), stop))
             await stop.wait()
@@ -200,9 +250,10 @@ def serve_in_thread(
     host: str = DEFAULT_HOST,
     log_level: str | None = "warning",
     startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+    limits: ServerLimits = ServerLimits(),
 ) -> Iterator[str]:
     """``serve`` on a new event loop in a daemon thread; yield the base URL."""
     with serve_many_in_thread(
-        [app], host=host, log_level=log_level, startup_timeout=startup_timeout
+        [app], host=host, log_level=log_level, startup_timeout=startup_timeout, limits=limits
     ) as urls:
         yield urls[0]

@@ -9,7 +9,11 @@ class name and the server name, so a renamed class would reject the cookies
 an agent saved before a crash) and overrides ``setup_webserver``: it builds
 the base app, adds the participant of the server's kind, then mounts the
 control routes (``mount_participant``) with the bearer token from
-``ENVCKPT_GYM_TOKEN`` or the owner-only ``ENVCKPT_GYM_TOKEN_FILE``:
+``ENVCKPT_GYM_TOKEN`` or the owner-only ``ENVCKPT_GYM_TOKEN_FILE`` (at least
+16 characters), confined to the checkpoint root from
+``ENVCKPT_CHECKPOINT_ROOT`` or the config's ``envckpt.checkpoint_root`` (a
+server without one refuses to start). FastAPI's ``/docs``, ``/redoc`` and
+``/openapi.json`` are removed unless ``ENVCKPT_EXPOSE_DOCS=1``:
 
 * a resources server gets the session participant (``resources.py``), in the
   mode its checkpoint protocol or adapter declares, else ``restart_only``;
@@ -30,8 +34,10 @@ from typing import Any, TypeVar
 
 from pydantic import PrivateAttr
 
+from envckpt.http.apps import hide_docs
 from envckpt.http.routes import mount_participant
-from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block
+from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block, expose_docs
+from envckpt.nemo_gym.settings import checkpoint_root as configured_checkpoint_root
 
 T = TypeVar("T")
 ATTRIBUTE = "_envckpt"
@@ -84,18 +90,33 @@ def _installer(server_cls: type[Any], kind: str) -> tuple[Installer, dict[str, A
     return agent_overrides(server_cls)
 
 
-def checkpointable(server_cls: type[T], *, token: str | None = None) -> type[T]:
-    """``server_cls`` with envckpt's participant; see the module docstring."""
+def checkpointable(
+    server_cls: type[T],
+    *,
+    token: str | None = None,
+    checkpoint_root: str | os.PathLike[str] | None = None,
+) -> type[T]:
+    """``server_cls`` with envckpt's participant; see the module docstring.
+
+    ``token`` and ``checkpoint_root`` override the environment and the config
+    (tests, a host that builds the server itself).
+    """
     kind = kind_of(server_cls)
     install, overrides = _installer(server_cls, kind)
 
     def setup_webserver(self: Any) -> Any:
+        # Both settings first: a server missing one refuses before it builds anything.
+        secret = token or control_token()
+        block = envckpt_block(self.server_client.global_config_dict)
+        root = checkpoint_root or configured_checkpoint_root(block)
         app = server_cls.setup_webserver(self)  # type: ignore[attr-defined]
+        if not expose_docs():
+            hide_docs(app)
         participant = install(self, app)
         block = envckpt_block(getattr(self.server_client, "global_config_dict", None))
         participant.core.set_gym_instance(block.get("instance_id"))  # named in its events
         setattr(self, ATTRIBUTE, participant)
-        mount_participant(app, participant.core, token=token or control_token())
+        mount_participant(app, participant.core, token=secret, checkpoint_root=root)
         ready_file = os.environ.get(READY_FILE_ENV)
         if ready_file:
             from envckpt.nemo_gym.readiness import announce_when_listening

@@ -127,6 +127,7 @@ def incarnation_config(
         instance_id=deployment.instance.instance_id,
         staging_url=staging_url,
         audit_dir=str(spec.directory / "audit"),
+        checkpoint_root=str(spec.directory),  # participants write only under the job
         scripted_policy_latency=spec.policy_latency,
     )
     config["envckpt"] = block

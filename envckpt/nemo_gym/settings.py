@@ -4,7 +4,8 @@ Secrets come from the environment or from an owner-only file, never from the
 command line (other users can read a process's arguments) nor from the
 nemo-gym config (it is passed around and printed)::
 
-    token = control_token()           # ENVCKPT_GYM_TOKEN, else ENVCKPT_GYM_TOKEN_FILE
+    token = control_token()           # ENVCKPT_GYM_TOKEN, else ENVCKPT_GYM_TOKEN_FILE (>= 16 chars)
+    root = checkpoint_root(block)     # ENVCKPT_CHECKPOINT_ROOT, else the block's checkpoint_root
     block = envckpt_block(global_config_dict)   # the config's top-level ``envckpt`` mapping
     block.get("audit_dir"), block.get("staging_url")
 
@@ -15,48 +16,31 @@ one config describes the whole deployment and every server process sees it.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from envckpt.http.tokens import (
+    TokenUnavailable,
+    read_token_file,
+    require_strong_token,
+    secret,
+    write_token_file,
+)
 
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
 TOKEN_FILE_ENV = "ENVCKPT_GYM_TOKEN_FILE"
 STAGING_TOKEN_ENV = "ENVCKPT_STAGING_TOKEN"
 STAGING_TOKEN_FILE_ENV = "ENVCKPT_STAGING_TOKEN_FILE"
 READY_FILE_ENV = "ENVCKPT_READY_FILE"
+# Where the server's participant may write and read checkpoints (or the
+# config block's ``checkpoint_root``); a hosted server refuses to start without one.
+CHECKPOINT_ROOT_ENV = "ENVCKPT_CHECKPOINT_ROOT"
+CHECKPOINT_ROOT_KEY = "checkpoint_root"
+# "1" serves FastAPI's /docs, /redoc and /openapi.json (off by default).
+EXPOSE_DOCS_ENV = "ENVCKPT_EXPOSE_DOCS"
 # The top-level key of the nemo-gym config that holds envckpt's settings.
 CONFIG_BLOCK = "envckpt"
-
-
-class TokenUnavailable(RuntimeError):
-    """No usable secret was configured for this process."""
-
-
-def read_token_file(path: str | os.PathLike[str]) -> str:
-    """The secret in ``path``; refuse a file other users could read or write."""
-    file = Path(path)
-    info = file.stat()
-    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise TokenUnavailable(f"{file} is readable or writable by others; chmod 600 it")
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        raise TokenUnavailable(f"{file} is not owned by this user")
-    token = file.read_text(encoding="utf-8").strip()
-    if not token:
-        raise TokenUnavailable(f"{file} is empty")
-    return token
-
-
-def secret(value_env: str, file_env: str, environ: Mapping[str, str] | None = None) -> str:
-    """The secret from ``value_env``, else from the owner-only file named by ``file_env``."""
-    env = os.environ if environ is None else environ
-    value = env.get(value_env, "").strip()
-    if value:
-        return value
-    path = env.get(file_env, "").strip()
-    if path:
-        return read_token_file(path)
-    raise TokenUnavailable(f"set {value_env} or {file_env} (an owner-only file)")
 
 
 def control_token(environ: Mapping[str, str] | None = None) -> str:
@@ -67,16 +51,6 @@ def control_token(environ: Mapping[str, str] | None = None) -> str:
 def staging_token(environ: Mapping[str, str] | None = None) -> str:
     """The bearer token of the trainer's token-row endpoint."""
     return secret(STAGING_TOKEN_ENV, STAGING_TOKEN_FILE_ENV, environ)
-
-
-def write_token_file(path: str | os.PathLike[str], token: str) -> Path:
-    """Create ``path`` holding ``token``, readable by its owner only."""
-    file = Path(path)
-    descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
-        stream.write(token)
-    os.chmod(file, 0o600)
-    return file
 
 
 def envckpt_block(global_config_dict: Any) -> dict[str, Any]:
@@ -100,3 +74,42 @@ def envckpt_block(global_config_dict: Any) -> dict[str, Any]:
             pass
         return dict(block.items())
     raise ValueError(f"the config's {CONFIG_BLOCK!r} entry must be a mapping")
+
+
+def checkpoint_root(block: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Path:
+    """Where this server's participant may write checkpoints; refuses to guess.
+
+    ``ENVCKPT_CHECKPOINT_ROOT`` wins over the config block's ``checkpoint_root``;
+    either must be an absolute path.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(CHECKPOINT_ROOT_ENV, "").strip() or str(block.get(CHECKPOINT_ROOT_KEY) or "")
+    if not value:
+        raise ValueError(
+            f"set {CHECKPOINT_ROOT_ENV} or the config's {CONFIG_BLOCK}.{CHECKPOINT_ROOT_KEY}: "
+            "the directory checkpoints may be written under"
+        )
+    if not os.path.isabs(value):
+        raise ValueError(f"the checkpoint root {value!r} must be an absolute path")
+    return Path(value)
+
+
+def expose_docs(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether to keep FastAPI's /docs, /redoc and /openapi.json (``ENVCKPT_EXPOSE_DOCS=1``)."""
+    env = os.environ if environ is None else environ
+    return env.get(EXPOSE_DOCS_ENV, "").strip() == "1"
+
+
+__all__ = [
+    "CHECKPOINT_ROOT_ENV",
+    "TokenUnavailable",
+    "checkpoint_root",
+    "control_token",
+    "envckpt_block",
+    "expose_docs",
+    "read_token_file",
+    "require_strong_token",
+    "secret",
+    "staging_token",
+    "write_token_file",
+]

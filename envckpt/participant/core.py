@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import rules, work
 from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
+from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
@@ -72,6 +74,8 @@ class ParticipantCore:
         clock: Clock | None = None,
         lease_grace: float = DEFAULT_LEASE_GRACE_SECONDS,
         gym_instance_id: str | None = None,
+        checkpoint_root: str | os.PathLike[str] | None = None,
+        max_lease_seconds: float = DEFAULT_MAX_LEASE_SECONDS,
     ) -> None:
         self.server_name = server_name
         self.kind: Kind = parse_kind(kind)
@@ -80,6 +84,8 @@ class ParticipantCore:
         self.hooks = hooks
         self.clock = clock or SystemClock()
         self.lease_grace = lease_grace
+        # What the edge lets a request name (confinement.py); no root: unconfined.
+        self.bounds = RequestBounds.of(checkpoint_root, max_lease_seconds=max_lease_seconds)
         self.fence = AttemptFence()
         self._phase = _PHASES.new(server_name)
         self.set_gym_instance(gym_instance_id)
@@ -88,27 +94,21 @@ class ParticipantCore:
         self._changed = asyncio.Event()
         self._open: OpenCheckpoint | None = None
         self._finished = FinishedIds()
-        self._served_traffic = False
+        self.served_traffic = False
         self.counters = rules.AdmissionCounters()
         # Test and demo hook: called by the commit write between records and
         # manifest (a crash there leaves an unpublished directory).
         self.before_publish: list[Callable[[], None]] = []
 
-    # ------------------------------------------------------------------ views
-
     def set_gym_instance(self, gym_instance_id: str | None) -> None:
-        """The Gym instance ("shard/replica-0") this server is part of (``instance`` is a path
-        component, not that id): every event of this participant names it and the server."""
+        """The Gym instance ("shard/replica-0") every event of this participant names."""
         self.gym_instance_id = gym_instance_id
-        self._phase.log_fields = {"server": self.server_name, "gym_instance_id": gym_instance_id}
-
-    @property
-    def log_fields(self) -> dict[str, Any]:
-        return dict(self._phase.log_fields)
+        self.log_fields = {"server": self.server_name, "gym_instance_id": gym_instance_id}
+        self._phase.log_fields = self.log_fields  # every transition event carries them
 
     @property
     def log(self) -> logs.EnvckptLogger:
-        return logs.get_logger("envckpt.participant").bind(**self._phase.log_fields)
+        return logs.get_logger("envckpt.participant").bind(**self.log_fields)
 
     @property
     def phase(self) -> Phase:
@@ -121,10 +121,6 @@ class ParticipantCore:
     @property
     def lease_expires_at(self) -> float | None:
         return None if self._open is None else self._open.lease_expires_at
-
-    @property
-    def served_traffic(self) -> bool:
-        return self._served_traffic
 
     def report(self) -> dict[str, Any]:
         """Readiness: blockers (capped), counts and restarts, per the mode."""
@@ -142,7 +138,7 @@ class ParticipantCore:
                 "checkpoint_id": self.checkpoint_id,
                 "lease_expires_at": self.lease_expires_at,
                 "retired_rollouts": self.fence.retired_rollouts,
-                "served_traffic": self._served_traffic,
+                "served_traffic": self.served_traffic,
                 "capabilities": list(CAPABILITIES),
                 "report": self.report(),
             }
@@ -158,7 +154,7 @@ class ParticipantCore:
             if refusal is not None:
                 raise self.counters.refused_with(*refusal)
             assert episode is not None
-            self._served_traffic = True
+            self.served_traffic = True
             self.counters.admitted += 1
             self.fence.admitted(episode)
         try:
@@ -173,6 +169,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "prepare")
             if self._open is None:
                 await work.close_admission(self.hooks)  # reopens and raises if it fails
                 self._open = OpenCheckpoint(checkpoint_id)
@@ -214,6 +211,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "renew")
             if self._open is None:
                 raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open to renew")
             rules.require_open(self._open, checkpoint_id)
@@ -237,6 +235,7 @@ class ParticipantCore:
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "commit")
             write = None if self._open is None else self._open.commit
             if write is not None and write.checkpoint_id == checkpoint_id:
                 if write.args != args:
@@ -339,7 +338,9 @@ class ParticipantCore:
                 # failed retire.
                 self.fence.retire(held)
                 if held:
-                    await self._stop(held, deadline_ts)
+                    await work.stop_retired(
+                        self.hooks, self.fence, self.clock, self._changed, held, deadline_ts
+                    )
                 self.hooks.install(plans)
             except BaseException:
                 with contextlib.suppress(Exception):
@@ -347,7 +348,7 @@ class ParticipantCore:
                 raise
             self.fence.installed((episode for episode, _ in plans), scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
-            self._served_traffic = True  # installed state counts as traffic (status)
+            self.served_traffic = True  # installed state counts as traffic (status)
             reply = {
                 "phase": Phase.RESTORED,
                 "checkpoint_id": checkpoint_id,
@@ -402,8 +403,6 @@ class ParticipantCore:
         self._open = None
         self._changed.set()
 
-    # ---------------------------------------------------------- retire/forget
-
     async def retire(
         self, checkpoint_id: str, *, deadline_ts: float, episode_ids: Iterable[EnvironmentEpisode]
     ) -> dict[str, Any]:
@@ -413,13 +412,10 @@ class ParticipantCore:
             self._check_cleanup(checkpoint_id, deadline_ts, "retire")
             # The mark goes up before anything stops, and stays if stopping fails.
             self.fence.retire(episodes)
-        await self._stop(episodes, deadline_ts)
-        return {"retired": [episode.capture_key for episode in episodes]}
-
-    async def _stop(self, episodes: tuple[EnvironmentEpisode, ...], deadline_ts: float) -> None:
         await work.stop_retired(
             self.hooks, self.fence, self.clock, self._changed, episodes, deadline_ts
         )
+        return {"retired": [episode.capture_key for episode in episodes]}
 
     async def forget(
         self, checkpoint_id: str, *, deadline_ts: float, rollout_ids: Iterable[str]

@@ -1,8 +1,10 @@
 """One control request in, one ``(status, body)`` out: the transport-neutral edge.
 
 Both transports call ``handle``: the in-process deployment directly, the
-FastAPI router from its route functions. Authentication, body validation and
-the error envelope therefore behave the same on both.
+FastAPI router from its route functions. Authentication, body validation,
+the participant's bounds (``confinement``: checkpoint directories under its
+root, deadlines at most ``max_lease_seconds`` ahead) and the error envelope
+therefore behave the same on both.
 
     status, body = await handle(core, "POST", "prepare", {...}, authorization="Bearer t", token="t")
 """
@@ -92,12 +94,22 @@ async def _authenticated(
             request = REQUEST_MODELS[route].model_validate(dict(body))
         except ValidationError as error:
             raise ParticipantError("invalid_request", describe_validation(error)) from error
+        check_bounds(core, request)
         return 200, await _call(core, route, request)
     except ParticipantError as error:
         return _refusal(error)
     except Exception as error:  # the envelope, never a bare 500 page
         core.log.exception("control call failed", route=route)
         return _refusal(ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}"))
+
+
+def check_bounds(core: ParticipantCore, request: ControlRequest) -> None:
+    """The request against the participant's bounds, before any state or file is touched."""
+    core.bounds.check_deadline(request.deadline_ts, now=core.clock.now())
+    if isinstance(request, CommitRequest | RestoreRequest):
+        core.bounds.check_checkpoint_dir(
+            request.checkpoint_dir, kind=core.kind, instance=core.instance
+        )
 
 
 async def _call(core: ParticipantCore, route: str, request: ControlRequest) -> dict[str, Any]:

@@ -37,6 +37,11 @@ DEFAULT_CALL_TIMEOUT = 600.0
 DEFAULT_RUN_TIMEOUT = 3600.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
+# An idle pooled connection is dropped after this long: below the keep-alive
+# of the servers envckpt starts (5 s, ``http.serve.SERVER_KEEP_ALIVE_SECONDS``),
+# so a call is never sent on a connection the server is closing (nothing here
+# is retried: a data call may have reached the server).
+DEFAULT_KEEPALIVE_SECONDS = 4.0
 REPLY_EXCERPT_BYTES = 200
 
 
@@ -97,7 +102,9 @@ class _JsonPoster(AsyncCloseable):
         self._headers = {"Accept": "application/json", **(headers or {})}
         self._client = httpx.AsyncClient(
             limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                keepalive_expiry=DEFAULT_KEEPALIVE_SECONDS,
             ),
             trust_env=False,
             follow_redirects=False,

@@ -15,23 +15,35 @@ so a remote caller (``envckpt.sim.data_clients``) can raise the same
 
 Data routes carry no bearer token (as in Gym, rollout traffic is not
 authenticated; only the control plane is). ``rows_router`` is the trainer's
-end of ``HttpStagingSink`` and does check one. A malformed body is answered
-``422 invalid_request``; an unexpected failure ``500 checkpoint_error``.
+end of ``HttpStagingSink`` and does check one (at least 16 characters, its
+own, not the control plane's), before it reads the body. Every body is read
+through ``envckpt.http.bodies``: over ``max_body_bytes`` (16 MiB by default)
+it is refused with 413 while it streams, a body still arriving after 30 s
+with 408, and a malformed one with ``422 invalid_request``; an unexpected
+failure is ``500 checkpoint_error``. All of them carry the envelope.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from envckpt import logs
 from envckpt.errors import ParticipantError
+from envckpt.http.bodies import (
+    BODY_READ_SECONDS,
+    DATA_MAX_BODY_BYTES,
+    BodyRefused,
+    check_limits,
+    parse_json,
+    read_body,
+)
+from envckpt.http.tokens import require_strong_token
 from envckpt.participant import edge
 from envckpt.sim.kinds.agent import AgentServer
 from envckpt.sim.kinds.model import PolicyModelServer
@@ -43,31 +55,20 @@ RowReceiver = Callable[[str, str, str], "Awaitable[None] | None"]
 ROW_FIELDS = ("capture_key", "staging_key", "payload")
 
 
-class _NotJson(ValueError):
-    pass
-
-
-def _reject_constant(name: str) -> NoReturn:
-    raise _NotJson(f"{name} is not valid JSON")
-
-
 def _envelope(error: ParticipantError) -> JSONResponse:
     return JSONResponse(status_code=error.status, content=error.to_wire())
 
 
-async def _json_body(request: Request) -> Any:
-    try:
-        return json.loads(await request.body(), parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as error:  # also JSONDecodeError, UnicodeDecodeError
-        raise ParticipantError("invalid_request", f"the body is not JSON: {error}") from None
+async def _json_body(request: Request, max_bytes: int) -> Any:
+    return parse_json(await read_body(request, max_bytes=max_bytes, within=BODY_READ_SECONDS))
 
 
-def _endpoint(server: str, route: str, handler: Handler) -> Endpoint:
+def _endpoint(server: str, route: str, handler: Handler, max_bytes: int) -> Endpoint:
     async def endpoint(request: Request) -> JSONResponse:
         try:
-            body = await _json_body(request)
-        except ParticipantError as error:
-            return _envelope(error)
+            body = await _json_body(request, max_bytes)
+        except BodyRefused as refusal:
+            return refusal.response()
         try:
             return JSONResponse(await handler(body))
         except ParticipantError as error:
@@ -90,48 +91,66 @@ def _endpoint(server: str, route: str, handler: Handler) -> Endpoint:
     return endpoint
 
 
-def data_router(server: str, handlers: Mapping[str, Handler]) -> APIRouter:
+def data_router(
+    server: str, handlers: Mapping[str, Handler], *, max_body_bytes: int = DATA_MAX_BODY_BYTES
+) -> APIRouter:
     """``POST /<route>`` for each ``route -> handler``; ``server`` names it in logs."""
+    check_limits(max_body_bytes, BODY_READ_SECONDS)
     router = APIRouter(tags=[f"envckpt {server} data plane"])
     for route, handler in handlers.items():
         router.add_api_route(
             f"/{route}",
-            _endpoint(server, route, handler),
+            _endpoint(server, route, handler, max_body_bytes),
             methods=["POST"],
             response_class=JSONResponse,
         )
     return router
 
 
-def agent_router(agent: AgentServer) -> APIRouter:
+def agent_router(agent: AgentServer, *, max_body_bytes: int = DATA_MAX_BODY_BYTES) -> APIRouter:
     """The agent's ``POST /run``."""
-    return data_router(agent.core.server_name, {"run": agent.run})
+    return data_router(agent.core.server_name, {"run": agent.run}, max_body_bytes=max_body_bytes)
 
 
-def model_router(model: PolicyModelServer) -> APIRouter:
+def model_router(
+    model: PolicyModelServer, *, max_body_bytes: int = DATA_MAX_BODY_BYTES
+) -> APIRouter:
     """The policy model's ``POST /generate`` and ``POST /finish``."""
-    return data_router(model.core.server_name, {"generate": model.generate, "finish": model.finish})
+    handlers = {"generate": model.generate, "finish": model.finish}
+    return data_router(model.core.server_name, handlers, max_body_bytes=max_body_bytes)
 
 
-def tool_router(tool: ToolServer) -> APIRouter:
+def tool_router(tool: ToolServer, *, max_body_bytes: int = DATA_MAX_BODY_BYTES) -> APIRouter:
     """The tool server's ``POST /call`` and ``POST /finish``."""
-    return data_router(tool.core.server_name, {"call": tool.call, "finish": tool.finish})
+    handlers = {"call": tool.call, "finish": tool.finish}
+    return data_router(tool.core.server_name, handlers, max_body_bytes=max_body_bytes)
 
 
-def rows_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> APIRouter:
+def rows_router(
+    receive: RowReceiver,
+    *,
+    token: str,
+    path: str = "/rows",
+    max_body_bytes: int = DATA_MAX_BODY_BYTES,
+) -> APIRouter:
     """The trainer's ``POST <path>`` taking ``{capture_key, staging_key, payload}`` rows.
 
     ``receive(capture_key, staging_key, payload)`` may be a plain function or a
     coroutine function; it answers ``{"staged": staging_key}``. Requires
-    ``Authorization: Bearer <token>`` (an empty token is refused).
+    ``Authorization: Bearer <token>``, checked before the body is read (a
+    token under 16 characters is refused here).
     """
-    token = edge.check_token(token)
+    token = require_strong_token(token, what="rows token")
+    check_limits(max_body_bytes, BODY_READ_SECONDS)
 
     async def endpoint(request: Request) -> JSONResponse:
         try:
             if not edge.authorized(request.headers.get("authorization"), token):
-                raise ParticipantError("unauthorized", "missing or wrong bearer token")
-            body = await _json_body(request)
+                error = ParticipantError("unauthorized", "missing or wrong bearer token")
+                refused = _envelope(error)
+                refused.headers["connection"] = "close"  # the body is never read
+                return refused
+            body = await _json_body(request, max_body_bytes)
             if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
                 raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")
             if not all(isinstance(body[name], str) for name in ROW_FIELDS):
@@ -139,6 +158,8 @@ def rows_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> API
             outcome = receive(body["capture_key"], body["staging_key"], body["payload"])
             if inspect.isawaitable(outcome):
                 await outcome
+        except BodyRefused as refusal:
+            return refusal.response()
         except ParticipantError as error:
             return _envelope(error)
         except Exception as error:

@@ -124,12 +124,20 @@ CASES: tuple[Case, ...] = (
        note="only the last 64 finished ids are kept"),
     no("prepare", "idle+65_finished", "stale_checkpoint", FINISHED, note="the newest"),
     Case("prepare", "idle", {"deadline_ts": "$ancient"}, (200, 409), after=ANY,
-         checks=("lease_expired",), note="lease lapsed"),
+         checks=("lapsed_or_refused",), note="lease lapsed"),
+    no("prepare", "idle", "deadline_exceeded", PAST, profile=ENVCKPT, note="past deadline"),
+    no("prepare", "idle", "deadline_exceeded", {"deadline_ts": "$ancient"}, profile=ENVCKPT,
+       note="ancient deadline"),
+    no("prepare", "prepared", "deadline_exceeded", PAST, profile=ENVCKPT, note="past, replay"),
+    no("prepare", "idle", "invalid_request", {"deadline_ts": "$beyond_lease"}, profile=ENVCKPT,
+       note="deadline beyond the longest lease"),
     # ------------------------------------------------------------------- renew
     no("renew", "idle", "invalid_phase"),
     no("renew", "idle", "stale_checkpoint", FINISHED),
     *(ok("renew", start, LATER, checks=("lease_extended",)) for start in (*OPEN, "restored")),
-    ok("renew", "prepared", PAST, checks=("lease_kept",), note="never earlier"),
+    Case("renew", "prepared", PAST, (200, 409), checks=("lease_kept",), note="never earlier"),
+    no("renew", "prepared", "deadline_exceeded", PAST, checks=("lease_kept",), profile=ENVCKPT,
+       note="past deadline"),
     *(no("renew", start, "checkpoint_conflict", NEW) for start in (*OPEN, "restored")),
     no("renew", "prepared", "stale_checkpoint", FINISHED),
     # ------------------------------------------------------------------ commit
@@ -159,6 +167,12 @@ CASES: tuple[Case, ...] = (
        note="stop"),
     no("commit", "prepared", "checkpoint_error", {"checkpoint_dir": "$file"}, profile=ENVCKPT,
        note="unwritable directory"),
+    no("commit", "prepared", "invalid_request", {"checkpoint_dir": "/"}, profile=ENVCKPT,
+       note="outside the checkpoint root"),
+    no("commit", "prepared", "invalid_request", {"checkpoint_dir": "relative/dir"},
+       profile=ENVCKPT, note="relative directory"),
+    no("restore", "idle+published", "invalid_request", {"checkpoint_dir": "/etc"},
+       profile=ENVCKPT, note="outside the checkpoint root"),
     # ----------------------------------------------------------------- restore
     ok("restore", "idle+published", after="restored", checks=("source", "restored_none")),
     ok("restore", "idle+published+held", {"episode_ids": "$ep"}, after="restored", modes=EXPORT,
@@ -230,7 +244,8 @@ CASES: tuple[Case, ...] = (
     no("commit", "prepared", "invalid_request", {"checkpoint_dir": ""}, note="empty directory"),
     no("commit", "prepared", "invalid_request", {"stop": "yes"}, profile=ENVCKPT,
        note="stop as text"),
-    no("status", "idle", "invalid_request", method="POST", profile=ENVCKPT, note="POST"),
+    Case("status", "idle", {}, 405, "invalid_request", method="POST", profile=ENVCKPT,
+         note="POST"),
 )
 # fmt: on
 

@@ -177,6 +177,15 @@ def lease_expired(run: Run) -> str | None:
     return fenced(run)
 
 
+def lapsed_or_refused(run: Run) -> str | None:
+    """A prepare whose deadline is long past: refused (``deadline_exceeded``) or lapsed."""
+    if (run.reply.status, run.reply.code) == (409, "deadline_exceeded"):
+        return None
+    if run.reply.status == 409:
+        return f"refused with {run.reply.code!r}, not deadline_exceeded"
+    return lease_expired(run)
+
+
 def fenced(run: Run) -> str | None:
     again = run.participant.client.post("prepare", checkpoint_id=run.sent_id)
     if (again.status, again.code) != (409, "stale_checkpoint"):
@@ -322,6 +331,7 @@ CHECKS: dict[str, Callable[[Run], str | None]] = {
     "lease_kept": lease_kept,
     "lease_null": lease_null,
     "lease_expired": lease_expired,
+    "lapsed_or_refused": lapsed_or_refused,
     "fenced": fenced,
     "idempotent": idempotent(True),
     "not_idempotent": idempotent(False),

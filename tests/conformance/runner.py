@@ -8,6 +8,7 @@ Placeholders (a ``$name`` string anywhere in a row's body):
     $finished  an id finished here                     $oldest   the oldest of 65 finished
     $soon      now + 30 s      $later  now + 300 s     $short    now + 0.05 s
     $past      now - 5 s       $ancient  a million seconds ago   $soon_text  "$soon" as text
+    $beyond_lease  now + 10 h (past the default longest lease, 1 h)
     $fresh_dir an unused directory    $published  the start's published checkpoint
     $committed_dir  the start's commit directory       $missing  a directory that is not there
     $corrupt   a copy of $published whose manifest miscounts     $file  a regular file
@@ -117,6 +118,7 @@ def _fill(value: Any, ctx: Ctx) -> Any:
         "$short": now + 0.05,
         "$past": now - 5,
         "$ancient": now - 1_000_000,
+        "$beyond_lease": now + 10 * 3600,
         "$soon_text": str(now + 30),
         "$published": str(ctx.published_dir),
         "$committed_dir": str(ctx.commit_dir),

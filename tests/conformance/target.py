@@ -34,6 +34,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, RETIRE_ORDER, Kind
 
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
+ROOT_ENV = "ENVCKPT_CHECKPOINT_ROOT"
 # The simulated Gym's server names, by participant kind.
 SIM_SERVERS = {
     Kind.MODEL: "policy_model",
@@ -225,9 +226,9 @@ def start_sim(
         "--ready-file", str(ready), "--resources-mode", resources_mode,
         "--model-latency", str(latency), "--tool-latency", str(latency),
     ]  # fmt: skip
-    return subprocess.Popen(
-        args, env={**os.environ, TOKEN_ENV: token}, stdout=log, stderr=subprocess.STDOUT
-    )
+    # Rows write their checkpoint directories under ``tmp``: the servers are confined to it.
+    env = {**os.environ, TOKEN_ENV: token, ROOT_ENV: str(tmp)}
+    return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_ready(tmp: Path, name: str, process: subprocess.Popen[bytes]) -> dict[str, str]:

@@ -183,3 +183,12 @@ def test_each_check_passes_the_right_answer_and_fails_a_tampered_one(name: str) 
             run.reply = Reply(200, value, "")
         verdicts.append(CHECKS[name](run))
     assert verdicts[0] is None and verdicts[1] is not None, verdicts
+
+
+def test_a_long_past_prepare_may_be_refused_only_as_deadline_exceeded() -> None:
+    """lapsed_or_refused accepts deadline_exceeded and fails any other refusal."""
+    case = next(c for c in CASES if c.note == "lease lapsed")
+    refused = Reply(409, {"error": {"code": "deadline_exceeded", "detail": "x"}}, "")
+    assert CHECKS["lapsed_or_refused"](run_of(case, refused)) is None
+    stale = Reply(409, {"error": {"code": "stale_checkpoint", "detail": "x"}}, "")
+    assert CHECKS["lapsed_or_refused"](run_of(case, stale)) is not None

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from envckpt.clock import FakeClock
 from envckpt.errors import CorruptCheckpoint, IllegalTransition, IncompatibleCheckpoint
 from envckpt.facade.manifest import MANIFEST_NAME, read_manifest
 from envckpt.facade.restore import abandon_everywhere, check_restorable, restore_everywhere
@@ -15,7 +16,9 @@ from envckpt.gym.instance import GymCheckpointInstance
 from helpers.dict_deployment import Deployment
 from helpers.facade_world import E1, E2, A, B, FacadeWorld, take_snapshot
 
-FAR = 1e12
+# Far enough never to pass, and within the participants' longest lease (1 h) of the
+# fake clock's start.
+FAR = FakeClock().now() + 3000
 RESTORE_ID = "restore-1"
 
 

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from envckpt.clock import FakeClock
 from envckpt.errors import GymCheckpointUnavailable
 from envckpt.facade.resumer import Resumer
 from envckpt.facade.timeouts import CheckpointTimeouts
 
 from helpers.facade_world import E1, E2, A, B, FacadeWorld, LiveCut, take_snapshot
 
-FAR = 1e12
+# Far enough never to pass, and within the participants' longest lease (1 h) of the
+# fake clock's start.
+FAR = FakeClock().now() + 3000
 
 
 def resumer(world: FacadeWorld, attempts: int = 3) -> Resumer:

@@ -277,7 +277,7 @@ async def test_cancelled_prepare_leaves_the_instance_resumable() -> None:
     adapter = await discovered(deployment)
     agent = deployment.cores["agent"]
     async with agent.admit(E1):
-        task = asyncio.create_task(adapter.prepare("c1", deadline_ts=far(deployment) + 1e9))
+        task = asyncio.create_task(adapter.prepare("c1", deadline_ts=far(deployment) + 3000))
         for _ in range(50):
             await asyncio.sleep(0)
         task.cancel()

@@ -21,7 +21,7 @@ from envckpt.participant.core import ParticipantCore
 
 from helpers.participant_doubles import JsonStateHooks
 
-TOKEN = "test-token"
+TOKEN = "test-token-5d0e2b7a"
 
 
 class DictHooks(JsonStateHooks):
@@ -113,6 +113,7 @@ class LoopbackHttp:
 
     async def _start(self) -> None:
         import contextlib
+        import tempfile
 
         from fastapi import FastAPI
 
@@ -127,7 +128,13 @@ class LoopbackHttp:
             core = self._cores[name]
             if core is not None:
                 # No watchdog: the fake clock's leases are checked on each call.
-                mount_participant(app, core, token=self._token, lease_check_seconds=None)
+                mount_participant(
+                    app,
+                    core,
+                    token=self._token,
+                    checkpoint_root=tempfile.gettempdir(),
+                    lease_check_seconds=None,
+                )
             apps.append(app)
         self._stack = contextlib.AsyncExitStack()
         urls = await self._stack.enter_async_context(serve_many(apps))

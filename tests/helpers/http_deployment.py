@@ -9,6 +9,7 @@ async with deploy({"policy": make_core("policy", "model"), ...}) as d:
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -97,6 +98,9 @@ def participant_app(core: ParticipantCore, *, token: str = TOKEN, **mount_option
     back in the protocol envelope.
     """
     app = FastAPI()
+    if not mount_options.get("unconfined"):
+        # Tests write their checkpoints under pytest's temporary directories.
+        mount_options.setdefault("checkpoint_root", tempfile.gettempdir())
     mount_participant(app, core, token=token, **mount_options)
     app.state.gate = asyncio.Event()
     app.state.gate.set()

@@ -10,6 +10,7 @@ a test can run a task through both and compare::
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,8 @@ def shared_config(audit_dir: Path) -> dict[str, Any]:
         "scripted_policy_latency": POLICY_LATENCY,
         "plain_servers": ["plain_counter_agent", "plain_multi_agent"],
         "audit_dir": str(audit_dir),
+        # Tests commit under pytest's temporary directories.
+        "checkpoint_root": tempfile.gettempdir(),
     }
     config["token_id_capture"]["dir"] = str(audit_dir.parent / "tokens")
     return config

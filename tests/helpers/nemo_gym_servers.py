@@ -10,6 +10,7 @@ process-wide aiohttp client and config; tests run those as processes (launcher).
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 from envckpt.nemo_gym.hosting import checkpointable
@@ -52,5 +53,6 @@ def hosted(
     cls: type[Any], name: str, *, config: dict[str, Any] | None = None, **extra: Any
 ) -> tuple[Any, Any]:
     """``checkpointable(cls)`` built and its app set up, control routes on ``TOKEN``."""
-    server = build(checkpointable(cls, token=TOKEN), name, config=config, **extra)
+    hosted_cls = checkpointable(cls, token=TOKEN, checkpoint_root=tempfile.gettempdir())
+    server = build(hosted_cls, name, config=config, **extra)
     return server, server.setup_webserver()

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from envckpt.coordination.inprocess import corrupt_records_file
 from envckpt.errors import CoordinationError
 from envckpt.http.routes import MAX_BODY_BYTES, control_router, mount_participant
+from envckpt.http.serve import serve
 from envckpt.participant.hooks import NoState
 from envckpt.participant.store import MANIFEST_NAME, participant_dir
 from envckpt.protocol import ROUTES
@@ -290,7 +291,7 @@ async def test_gym_fidelity_over_http(tmp_path: Path) -> None:
         await expect(d, "policy", "restore", again, code="stale_attempt", status=409)
 
 
-async def test_commit_not_ready_is_invalid_phase() -> None:
+async def test_commit_not_ready_is_invalid_phase(tmp_path: Path) -> None:
     """A turn admitted after a not-ready prepare blocks; commit then refuses, nothing written."""
     async with deploy({"agent": make_core("agent", "agent")}) as d:
         d.apps["agent"].state.gate.clear()
@@ -301,26 +302,28 @@ async def test_commit_not_ready_is_invalid_phase() -> None:
         reply = await d.post("agent", "prepare", body(cid, 0.3))
         assert reply.status == 200 and reply.body["phase"] == "preparing"
         assert reply.body["report"]["blockers"] == ["task-1"]
-        commit = body(cid, checkpoint_dir="/nonexistent/never", episode_ids=None)
+        never = tmp_path / "never"
+        commit = body(cid, checkpoint_dir=str(never), episode_ids=None)
         await expect(d, "agent", "commit", commit, code="invalid_phase", status=409)
         assert await d.phase("agent") == "preparing"
         d.apps["agent"].state.gate.set()
         assert (await held).status_code == 200
         assert (await d.post("agent", "prepare", body(cid))).body["phase"] == "prepared"
-        assert not Path("/nonexistent/never").exists()
+        assert not never.exists()
 
 
-async def test_deadline_exceeded_commit_keeps_writing(
+async def test_a_commit_past_its_deadline_writes_nothing_and_a_retry_commits(
     one_agent: Deployment, tmp_path: Path
 ) -> None:
-    """A late commit is 409 deadline_exceeded; the write goes on and a retry collects it."""
+    """A commit whose deadline passed is 409 deadline_exceeded before any write; a retry commits."""
     d = one_agent
     await d.turn("agent", "task-1")
     cid = new_id()
     assert (await d.post("agent", "prepare", body(cid))).status == 200
     late = body(cid, -1.0, checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
     await expect(d, "agent", "commit", late, code="deadline_exceeded", status=409)
-    assert await d.phase("agent") in ("prepared", "committed")
+    assert await d.phase("agent") == "prepared"
+    assert not participant_dir(tmp_path, "agent", "agent").exists()
     retry = await d.post(
         "agent", "commit", body(cid, checkpoint_dir=str(tmp_path), episode_ids=wire(ep("task-1")))
     )
@@ -564,8 +567,9 @@ async def test_invalid_request_bodies(one_agent: Deployment) -> None:
         assert response.json()["error"]["code"] == "invalid_request", label
     for method, route in (("GET", "prepare"), ("POST", "status"), ("GET", "commit")):
         response = await d.send("agent", method, route, content=None)
-        assert response.status_code == 422, (method, route, response.text)
+        assert response.status_code == 405, (method, route, response.text)
         assert response.json()["error"]["code"] == "invalid_request"
+        assert response.headers["allow"] == ("GET" if route == "status" else "POST")
     status = await d.status("agent")
     assert (status["phase"], status["checkpoint_id"], status["retired_rollouts"]) == (
         "idle",
@@ -575,45 +579,52 @@ async def test_invalid_request_bodies(one_agent: Deployment) -> None:
     assert (await d.post("agent", "prepare", body("ckpt-ok"))).status == 200
 
 
+async def streamed_without_end(url: str, total: int, block: int = 1024 * 1024) -> bytes:
+    """POST ``total`` bytes of chunked body to ``url`` with the token, never ending the body;
+    return everything the server sent until it closed the connection."""
+    host_port, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = host_port.partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = (
+        f"POST /{path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\n"
+    )
+    writer.write(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+    sent = 0
+    try:
+        while sent < total:
+            piece = min(block, total - sent)
+            writer.write(f"{piece:x}\r\n".encode() + b" " * piece + b"\r\n")
+            await writer.drain()
+            sent += piece
+        return await asyncio.wait_for(reader.read(), timeout=30)
+    finally:
+        writer.close()
+
+
 async def test_body_size_limit() -> None:
-    """A body over the limit is 422 invalid_request, whether declared or streamed."""
+    """A body over the limit is 413 in the envelope, whether declared or streamed."""
     assert MAX_BODY_BYTES == 64 * 1024 * 1024
     async with deploy({"agent": make_core("agent", "agent")}, max_body_bytes=512) as d:
         small = json.dumps(body("ckpt-1")).encode()
         padded = json.dumps({**body("ckpt-1"), "pad": "x" * 600}).encode()
-
-        async def chunks() -> AsyncIterator[bytes]:
-            for start in range(0, len(padded), 100):
-                yield padded[start : start + 100]
-
         declared = await d.send("agent", "POST", "prepare", content=padded)
-        assert declared.status_code == 422 and "exceeds" in declared.json()["error"]["detail"]
+        assert declared.status_code == 413 and "exceeds" in declared.json()["error"]["detail"]
         url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
-        streamed = await d.raw.post(
-            url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"}
-        )
-        assert streamed.status_code == 422 and "exceeds" in streamed.json()["error"]["detail"]
+        streamed = await streamed_without_end(url, 513, block=100)
+        assert streamed.startswith(b"HTTP/1.1 413") and b"exceeds the limit" in streamed
         assert await d.phase("agent") == "idle"
         assert (await d.send("agent", "POST", "prepare", content=small)).status_code == 200
 
 
 async def test_default_body_limit_is_64_mib(one_agent: Deployment) -> None:
-    """A streamed body one byte over 64 MiB is refused with 422 invalid_request."""
+    """A streamed body one byte over 64 MiB is refused with 413 in the envelope, unfinished."""
     d = one_agent
-    total = MAX_BODY_BYTES + 1
-    block = b" " * (1024 * 1024)
-
-    async def chunks() -> AsyncIterator[bytes]:
-        sent = 0
-        while sent < total:
-            piece = block[: min(len(block), total - sent)]
-            sent += len(piece)
-            yield piece
-
     url = f"{d.urls['agent']}/ng-control/v1/checkpoint/prepare"
-    response = await d.raw.post(url, content=chunks(), headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 422
-    assert response.json()["error"]["code"] == "invalid_request"
+    reply = await streamed_without_end(url, MAX_BODY_BYTES + 1)
+    head, _, rest = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert json.loads(rest)["error"]["code"] == "invalid_request"
     assert await d.phase("agent") == "idle"
 
 
@@ -756,30 +767,58 @@ async def test_checkpoint_error_from_hooks(tmp_path: Path) -> None:
 # ------------------------------------------------------------- installation
 
 
-def test_routes_refuse_an_empty_token() -> None:
-    """Neither the router nor mount_participant installs routes without a token."""
+@pytest.mark.parametrize("token", ["", "t", "x" * 15, " " + "x" * 20])
+def test_routes_refuse_a_short_or_blank_token(token: str) -> None:
+    """Neither the router nor mount_participant installs routes with a token under 16 characters."""
     core = make_core("agent", "agent")
-    with pytest.raises(ValueError, match="non-empty bearer token"):
-        control_router(core, token="")
+    with pytest.raises(ValueError, match=r"16|whitespace"):
+        control_router(core, token=token, unconfined=True)
     app = FastAPI()
-    with pytest.raises(ValueError, match="non-empty bearer token"):
-        mount_participant(app, core, token="")
+    with pytest.raises(ValueError, match=r"16|whitespace"):
+        mount_participant(app, core, token=token, checkpoint_root="/tmp")
     assert len(app.routes) == len(FastAPI().routes)
+    assert not core.bounds.confined
+
+
+def test_routes_need_a_checkpoint_root_or_an_explicit_opt_out(tmp_path: Path) -> None:
+    """Without checkpoint_root a mount is refused; unconfined=True or a root makes it."""
+    app = FastAPI()
+    with pytest.raises(ValueError, match="no checkpoint root"):
+        mount_participant(app, make_core("agent", "agent"), token=TOKEN)
+    assert len(app.routes) == len(FastAPI().routes)
+    core = make_core("agent", "agent")
+    mount_participant(FastAPI(), core, token=TOKEN, checkpoint_root=tmp_path)
+    assert core.bounds.checkpoint_root == tmp_path
+    with pytest.raises(ValueError, match="already confined"):
+        mount_participant(FastAPI(), core, token=TOKEN, checkpoint_root=tmp_path / "other")
+    with pytest.raises(ValueError, match="not both"):
+        mount_participant(
+            FastAPI(),
+            make_core("a", "agent"),
+            token=TOKEN,
+            checkpoint_root=tmp_path,
+            unconfined=True,
+        )
+    open_core = make_core("agent", "agent")
+    mount_participant(FastAPI(), open_core, token=TOKEN, unconfined=True)
+    assert not open_core.bounds.confined
 
 
 def test_one_participant_per_app() -> None:
     """Mounting a second participant on the same app is refused."""
     app = FastAPI()
-    mount_participant(app, make_core("agent", "agent"), token=TOKEN)
+    mount_participant(app, make_core("agent", "agent"), token=TOKEN, unconfined=True)
     with pytest.raises(ValueError, match="already serves checkpoint control routes"):
-        mount_participant(app, make_core("other", "agent"), token=TOKEN)
+        mount_participant(app, make_core("other", "agent"), token=TOKEN, unconfined=True)
 
 
 def test_router_serves_exactly_the_protocol_routes() -> None:
-    """The router has the eight protocol routes under the checkpoint prefix."""
-    router = control_router(make_core("agent", "agent"), token=TOKEN)
-    paths = sorted(getattr(route, "path", "") for route in router.routes)
-    assert paths == sorted(f"/ng-control/v1/checkpoint/{route}" for route in ROUTES)
+    """The router has the eight protocol routes under the checkpoint prefix, then its 404s."""
+    router = control_router(make_core("agent", "agent"), token=TOKEN, unconfined=True)
+    paths = [getattr(route, "path", "") for route in router.routes]
+    prefix = "/ng-control/v1/checkpoint"
+    assert paths[:-2] == [f"{prefix}/{route}" for route in ROUTES]
+    assert paths[-2:] == [prefix, f"{prefix}/{{rest:path}}"]
 
 
 async def test_token_never_logged(
@@ -811,7 +850,7 @@ async def test_lease_watchdog_reopens_an_abandoned_participant() -> None:
     core = make_core("agent", "agent", lease_grace=0.2)
     async with deploy({"agent": core}, lease_check_seconds=0.05) as d:
         cid = new_id()
-        assert (await d.post("agent", "prepare", body(cid, 0.0))).status == 200
+        assert (await d.post("agent", "prepare", body(cid, 0.1))).status == 200
         give_up = time.monotonic() + 5.0
         while core.phase != "idle" and time.monotonic() < give_up:
             await asyncio.sleep(0.02)
@@ -841,3 +880,33 @@ async def test_a_directory_reused_for_another_checkpoint_is_refused(
     assert await d.phase("agent") == "prepared"
     assert {path.name: path.read_bytes() for path in published.iterdir()} == before
     assert json.loads((published / MANIFEST_NAME).read_text())["checkpoint_id"] == first
+
+
+async def test_on_a_host_app_every_answer_under_the_prefix_is_the_envelope(tmp_path: Path) -> None:
+    """A host's own FastAPI app: unknown control paths 404, wrong methods 405, all enveloped,
+    and 401 first without the token; the host's other routes keep FastAPI's answers."""
+    import httpx
+
+    app = FastAPI()
+    mount_participant(app, make_core("agent", "agent"), token=TOKEN, checkpoint_root=tmp_path)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    prefix = "/ng-control/v1/checkpoint"
+    async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
+        for method, path, status in (
+            ("GET", prefix, 404),
+            ("GET", f"{prefix}/", 404),
+            ("GET", f"{prefix}/nope", 404),
+            ("POST", f"{prefix}/status/x", 404),
+            ("PUT", f"{prefix}/prepare", 405),
+            ("DELETE", f"{prefix}/status", 405),
+            ("OPTIONS", f"{prefix}/commit", 405),
+            ("PATCH", f"{prefix}/nope", 404),
+        ):
+            reply = await client.request(method, path, headers=auth)
+            assert reply.status_code == status, (method, path, reply.text)
+            assert reply.json()["error"]["code"] == "invalid_request"
+            bare = await client.request(method, path)
+            assert bare.status_code == 401 and bare.json()["error"]["code"] == "unauthorized"
+        head = await client.head(f"{prefix}/status", headers=auth)
+        assert head.status_code == 405 and head.headers["content-type"] == "application/json"
+        assert (await client.get("/elsewhere")).json() == {"detail": "Not Found"}

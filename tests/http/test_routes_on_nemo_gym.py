@@ -6,6 +6,7 @@ Skipped when nemo-gym is not installed.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,7 @@ async def test_participants_on_nemo_gym_servers(tmp_path: Path) -> None:
     cores = {name: make_core(name, kind) for name, kind in kinds.items()}
     apps = {name: server.setup_webserver() for name, server in servers.items()}
     for name, core in cores.items():
-        mount_participant(apps[name], core, token=TOKEN)
+        mount_participant(apps[name], core, token=TOKEN, checkpoint_root=tempfile.gettempdir())
 
     ids = [EpisodeId(rollout_id="math-17"), EpisodeId(rollout_id="math-18", attempt=2)]
     wire = [episode_id.model_dump(mode="json") for episode_id in ids]

@@ -112,3 +112,42 @@ def test_serve_in_thread_reports_a_failed_startup() -> None:
     ):
         pytest.fail("the body must not run")
     assert isinstance(info.value.__cause__, ServerExited)
+
+
+def test_server_limits_are_deliberate_and_validated() -> None:
+    """30 s to read a request, 5 s keep-alive, 16 KiB of headers; nonsense is refused."""
+    from envckpt.http.serve import MAX_HEADER_BYTES, SERVER_KEEP_ALIVE_SECONDS, ServerLimits
+
+    limits = ServerLimits()
+    assert (limits.request_read_seconds, limits.keep_alive_seconds, limits.max_header_bytes) == (
+        30.0,
+        SERVER_KEEP_ALIVE_SECONDS,
+        MAX_HEADER_BYTES,
+    )
+    options = limits.uvicorn_options()
+    assert options["timeout_keep_alive"] == 5 and options["h11_max_incomplete_event_size"] == 16384
+    assert options["http"].read_seconds == 30.0
+    for bad in ({"request_read_seconds": 0}, {"keep_alive_seconds": 0}, {"max_header_bytes": 10}):
+        with pytest.raises(ValueError):
+            ServerLimits(**bad)  # type: ignore[arg-type]
+
+
+def test_every_envckpt_client_drops_idle_connections_before_the_server_does() -> None:
+    """Client keep-alive below the server's, so no call goes out on a connection being closed."""
+    from envckpt.http.client import DEFAULT_KEEPALIVE_SECONDS as CONTROL_CLIENT
+    from envckpt.http.serve import SERVER_KEEP_ALIVE_SECONDS
+    from envckpt.sim.data_clients import DEFAULT_KEEPALIVE_SECONDS as DATA_CLIENT
+
+    assert CONTROL_CLIENT < SERVER_KEEP_ALIVE_SECONDS and DATA_CLIENT < SERVER_KEEP_ALIVE_SECONDS
+
+
+async def test_servers_use_the_guarded_protocol_and_bind_loopback() -> None:
+    """serve() binds 127.0.0.1 and closes a connection that sends nothing, with a 408."""
+    from envckpt.http.serve import ServerLimits
+
+    async with serve(named_app("a"), limits=ServerLimits(request_read_seconds=0.3)) as url:
+        assert url.startswith("http://127.0.0.1:")
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        reply = await asyncio.wait_for(reader.read(), timeout=10)
+        writer.close()
+    assert reply.startswith(b"HTTP/1.1 408")

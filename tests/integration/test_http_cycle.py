@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from envckpt.sim.http_gym import HttpGym
 from envckpt.sim.server import GymServers
 
 Ep = EnvironmentEpisode
+# Checkpoints go under pytest's temporary directories.
+ROOT = tempfile.gettempdir()
 TOKEN = "cycle-token-6f02a9"
 SEED = 21
 TURNS = 24
@@ -100,6 +103,7 @@ class World:
                     else GymServers(
                         seed=SEED,
                         token=TOKEN,
+                        checkpoint_root=ROOT,
                         tool_latency=0.01,
                         park_poll_seconds=0.002,
                         staging_sink=self.sink,

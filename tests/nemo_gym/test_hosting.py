@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+import time
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -17,7 +21,7 @@ from envckpt.http.serve import serve
 from envckpt.nemo_gym.hosting import checkpointable, kind_of, same_name_subclass
 
 from helpers.http_deployment import TOKEN
-from helpers.nemo_gym_servers import hosted
+from helpers.nemo_gym_servers import build, hosted
 
 
 def test_the_subclass_keeps_the_base_class_identity() -> None:
@@ -91,3 +95,38 @@ def test_the_participant_names_the_gym_instance_the_config_gives() -> None:
     }
     bare, _ = hosted(StatefulCounterResourcesServer, "counter")
     assert bare.envckpt.core.gym_instance_id is None
+
+
+async def test_a_hosted_server_is_confined_and_serves_no_docs(tmp_path: Path) -> None:
+    """The mounted participant writes only under its root; FastAPI's docs are gone."""
+    server, app = hosted(StatefulCounterResourcesServer, "counter")
+    assert server.envckpt.core.bounds.checkpoint_root == Path(tempfile.gettempdir())
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert (await client.get(f"{url}{path}")).status_code == 404
+        commit = await client.post(
+            f"{url}/ng-control/v1/checkpoint/commit",
+            json={"checkpoint_id": "c", "deadline_ts": time.time() + 30, "checkpoint_dir": "/"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        assert commit.status_code == 422 and "checkpoint root" in commit.json()["error"]["detail"]
+
+
+def test_a_hosted_server_without_a_checkpoint_root_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Neither ENVCKPT_CHECKPOINT_ROOT nor the config's envckpt.checkpoint_root: no server."""
+    monkeypatch.delenv("ENVCKPT_CHECKPOINT_ROOT", raising=False)
+    server = build(checkpointable(StatefulCounterResourcesServer, token=TOKEN), "counter")
+    with pytest.raises(ValueError, match="ENVCKPT_CHECKPOINT_ROOT"):
+        server.setup_webserver()
+    monkeypatch.setenv("ENVCKPT_CHECKPOINT_ROOT", str(Path(tempfile.gettempdir())))
+    assert server.setup_webserver() is not None
+
+
+async def test_docs_stay_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENVCKPT_EXPOSE_DOCS=1 keeps nemo-gym's own docs."""
+    monkeypatch.setenv("ENVCKPT_EXPOSE_DOCS", "1")
+    _, app = hosted(StatefulCounterResourcesServer, "counter")
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        assert (await client.get(f"{url}/openapi.json")).status_code == 200

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,8 @@ COUNTER = {
         "resources_servers": {
             "example_session_state_mgmt": {"entrypoint": "app.py", "domain": "agent"}
         }
-    }
+    },
+    "envckpt": {"checkpoint_root": tempfile.gettempdir()},
 }
 
 

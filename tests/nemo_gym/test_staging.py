@@ -10,7 +10,7 @@ from envckpt.errors import ParticipantError
 from envckpt.http.serve import serve
 from envckpt.nemo_gym.staging import HttpRowStager, staging_router
 
-TOKEN = "rows-token-123"
+TOKEN = "rows-token-123-4567"
 
 
 def rows_app(received: dict[str, tuple[str, str]], *, refuse: str | None = None) -> FastAPI:

@@ -1393,3 +1393,35 @@ async def test_every_event_names_the_server_and_the_gym_instance(clock: FakeCloc
     }
     core.set_gym_instance("shard/replica-5")
     assert core.log_fields == {"server": "agent", "gym_instance_id": "shard/replica-5"}
+
+
+async def test_a_past_deadline_on_prepare_renew_or_commit_is_always_deadline_exceeded(
+    core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
+) -> None:
+    """Before any effect: admission stays open, no lease, no write, the id not fenced."""
+    turn = await Turn.start(core, ep("r1"))  # in flight: a waiting prepare could race it
+    for past in (START - 0.001, START - 1e6, -1e300):
+        await refused("deadline_exceeded", core.prepare("c1", deadline_ts=past))
+        assert (core.phase, core.checkpoint_id, core.lease_expires_at) == ("idle", None, None)
+        assert hooks.admission_open
+    await refused("deadline_exceeded", core.renew("c1", deadline_ts=START - 1))
+    await turn.finish()
+    await prepared_core(core, hooks)
+    lease = core.lease_expires_at
+    await refused("deadline_exceeded", core.prepare("c1", deadline_ts=START - 1))  # a replay
+    await refused("deadline_exceeded", core.renew("c1", deadline_ts=START - 1))
+    args: dict[str, Any] = {"checkpoint_dir": str(tmp_path), "episode_ids": None}
+    await refused("deadline_exceeded", core.commit("c1", deadline_ts=START - 1, **args))
+    await drain_tasks()
+    assert (core.phase, core.lease_expires_at, hooks.exports) == ("prepared", lease, 0)
+    assert not (tmp_path / "gym").exists()
+    assert (await core.commit("c1", deadline_ts=START + 30, **args))["phase"] == "committed"
+
+
+async def test_a_finished_id_is_stale_before_its_deadline_is_looked_at(
+    core: ParticipantCore,
+) -> None:
+    """stale_checkpoint is checked first, so a late call for a finished id still says so."""
+    await core.resume("done", deadline_ts=START)
+    await refused("stale_checkpoint", core.prepare("done", deadline_ts=START - 1))
+    await refused("stale_checkpoint", core.renew("done", deadline_ts=START - 1))

@@ -258,3 +258,62 @@ async def test_a_logged_failure_never_shows_the_token(capsys: pytest.CaptureFixt
     printed = capsys.readouterr().out
     assert "boom" in printed
     assert secret not in printed
+
+
+# ------------------------------------------------------------- request bounds
+
+
+async def test_a_deadline_beyond_the_longest_lease_is_refused_on_every_route(
+    core: ParticipantCore,
+) -> None:
+    """deadline_ts more than max_lease_seconds past the core's own clock: 422, nothing changes."""
+    far = {"checkpoint_id": "c-far", "deadline_ts": START + 3600.5}
+    bodies = {
+        "prepare": far,
+        "renew": far,
+        "resume": far,
+        "commit": {**far, "checkpoint_dir": "/x"},
+        "restore": {**far, "checkpoint_dir": "/x", "episode_ids": []},
+        "retire": {**far, "episode_ids": [{"rollout_id": "r", "attempt": 0}]},
+        "forget": {**far, "rollout_ids": ["r"]},
+    }
+    for route, body in bodies.items():
+        status, reply = await call(core, route, body)
+        assert (status, code_of(reply)) == (422, "invalid_request"), route
+        assert "max_lease_seconds" in reply["error"]["detail"]
+    assert (core.phase, core.checkpoint_id) == ("idle", None)
+    status, _ = await call(core, "prepare", {**far, "deadline_ts": START + 3600.0})
+    assert status == 200
+
+
+async def test_the_lease_bound_is_configurable(hooks: JsonStateHooks) -> None:
+    """max_lease_seconds on the core sets how far ahead a deadline may lie."""
+    core = ParticipantCore(
+        server_name="agent", kind="agent", hooks=hooks, clock=FakeClock(START), max_lease_seconds=10
+    )
+    status, _ = await call(core, "prepare", {"checkpoint_id": "c1", "deadline_ts": START + 11})
+    assert status == 422
+    status, _ = await call(core, "prepare", {"checkpoint_id": "c1", "deadline_ts": START + 9})
+    assert status == 200
+
+
+@pytest.mark.parametrize("route", ["commit", "restore"])
+async def test_directories_outside_the_root_are_refused_before_any_file_operation(
+    hooks: JsonStateHooks, tmp_path: Path, route: str
+) -> None:
+    """A confined core refuses '/', a sibling and a relative path with 422; nothing is created."""
+    root = tmp_path / "root"
+    core = ParticipantCore(
+        server_name="agent",
+        kind="agent",
+        hooks=hooks,
+        clock=FakeClock(START),
+        checkpoint_root=root,
+    )
+    assert (await call(core, "prepare", BASE))[0] == 200
+    episodes: dict[str, Any] = {"episode_ids": []} if route == "restore" else {}
+    for directory in ("/", str(tmp_path / "elsewhere"), "relative", str(root) + "/../x"):
+        status, reply = await call(core, route, {**BASE, "checkpoint_dir": directory, **episodes})
+        assert (status, code_of(reply)) == (422, "invalid_request"), directory
+    assert sorted(path.name for path in tmp_path.iterdir()) == []
+    assert core.phase == "prepared"

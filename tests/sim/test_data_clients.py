@@ -34,7 +34,7 @@ from envckpt.sim.kinds.model import PolicyModelServer, policy_action, staging_pa
 from envckpt.sim.kinds.resources import ToolServer
 
 Ep = EnvironmentEpisode
-TOKEN = "rows-token-77c2"
+TOKEN = "rows-token-77c2-a9f1"
 TASK: dict[str, Any] = {"prompt": "go", "turns": 4}
 
 

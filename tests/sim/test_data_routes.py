@@ -24,7 +24,7 @@ from envckpt.sim.kinds.model import PolicyModelServer, policy_action
 from envckpt.sim.kinds.resources import ToolServer
 
 Ep = EnvironmentEpisode
-TOKEN = "rows-token-5b1e"
+TOKEN = "rows-token-5b1e-c3d0"
 
 
 def deadline() -> float:
@@ -85,7 +85,9 @@ async def test_malformed_bodies_get_the_envelope(
     model_http: httpx.AsyncClient, content: bytes, status: int, code: str
 ) -> None:
     """Bad JSON, a non-object, a missing episode or missing fields come back as envelopes."""
-    reply = await model_http.post("/generate", content=content)
+    reply = await model_http.post(
+        "/generate", content=content, headers={"Content-Type": "application/json"}
+    )
     assert reply.status_code == status
     assert error_of(reply) == code
 

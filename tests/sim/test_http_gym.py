@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ from envckpt.sim.gym import AGENT_SERVER, MODEL_SERVER, expected_transcript
 from envckpt.sim.http_gym import HttpGym
 from envckpt.sim.server import GymServers
 
+# Checkpoints go under pytest's temporary directories.
+ROOT = tempfile.gettempdir()
 TOKEN = "http-gym-token-5c1d"
 SEED = 4
 TASK: dict[str, Any] = {"prompt": "sort the shelves", "turns": 4}
@@ -39,7 +42,7 @@ def test_the_token_stays_out_of_the_repr() -> None:
 async def test_run_and_start_drive_rollouts_through_the_agent() -> None:
     """run returns the scripted result; start runs another in a named background task."""
     async with (
-        GymServers(seed=SEED, token=TOKEN, judge=False) as servers,
+        GymServers(seed=SEED, token=TOKEN, checkpoint_root=ROOT, judge=False) as servers,
         HttpGym(servers.urls, token=TOKEN) as gym,
     ):
         background = gym.start(E2, TASK)
@@ -55,7 +58,9 @@ async def test_a_snapshot_pauses_a_started_rollout_which_then_finishes() -> None
     """The control pool prepares and resumes while the data pool's rollout waits, then ends."""
     long_task = {**TASK, "turns": 40}
     async with (
-        GymServers(seed=SEED, token=TOKEN, judge=False, tool_latency=0.02) as servers,
+        GymServers(
+            seed=SEED, token=TOKEN, checkpoint_root=ROOT, judge=False, tool_latency=0.02
+        ) as servers,
         HttpGym(servers.urls, token=TOKEN) as gym,
     ):
         rollout = gym.start(E1, long_task)
@@ -87,7 +92,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
 async def test_the_token_authenticates_only_the_control_pool() -> None:
     """With a wrong token control calls are refused, while rollouts (no token) still run."""
     async with (
-        GymServers(seed=SEED, token=TOKEN, judge=False) as servers,
+        GymServers(seed=SEED, token=TOKEN, checkpoint_root=ROOT, judge=False) as servers,
         HttpGym(servers.urls, token="not-the-token") as gym,
     ):
         with pytest.raises(CoordinationError):
@@ -99,7 +104,9 @@ async def test_the_token_authenticates_only_the_control_pool() -> None:
 async def test_a_run_timeout_bounds_one_rollout() -> None:
     """A rollout slower than its timeout raises DataPlaneUnavailable; the pools stay usable."""
     async with (
-        GymServers(seed=SEED, token=TOKEN, judge=False, tool_latency=0.2) as servers,
+        GymServers(
+            seed=SEED, token=TOKEN, checkpoint_root=ROOT, judge=False, tool_latency=0.2
+        ) as servers,
         HttpGym(servers.urls, token=TOKEN) as gym,
     ):
         with pytest.raises(DataPlaneUnavailable):
