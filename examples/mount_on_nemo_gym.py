@@ -46,11 +46,14 @@ HOST = "127.0.0.1"
 def global_config(counter_port: int = 1, model_port: int = 1) -> dict[str, object]:
     """The nemo-gym config naming both servers (port 1 until they listen)."""
     counter = {"entrypoint": "app.py", "host": HOST, "port": counter_port, "domain": "other"}
+    # Where the hosted participants may write checkpoints (ENVCKPT_CHECKPOINT_ROOT wins).
+    envckpt_block = {"checkpoint_root": tempfile.gettempdir()}
     model = {"entrypoint": "app.py", "host": HOST, "port": model_port}
     return {
         "head_server": {"host": HOST, "port": 1},
         "counter": {"resources_servers": {"example_session_state_mgmt": counter}},
         "policy_model": {"responses_api_models": {"my_model": model}},
+        "envckpt": envckpt_block,
     }
 
 
@@ -68,7 +71,7 @@ async def main(checkpoint_dir: Path) -> int:
     counter_app = server.setup_webserver()  # nemo-gym's routes + the control routes
     model_app = FastAPI()  # a server of our own: mount the routes ourselves
     model = ParticipantCore(server_name="policy_model", kind="model", hooks=NoState())
-    mount_participant(model_app, model, token=TOKEN)
+    mount_participant(model_app, model, token=TOKEN, checkpoint_root=checkpoint_dir)
 
     async with serve_many([counter_app, model_app], host=HOST) as urls:
         url = urls[0]

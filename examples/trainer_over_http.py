@@ -163,8 +163,12 @@ async def main(directory: Path) -> int:
     root.mkdir(parents=True, exist_ok=True)
     (root / "run.yaml").write_text(CONFIG.format(root=root))
     staging = PendingStaging()  # the policy model ships token rows here
+    # Participants write checkpoints only under their root (here: the job's directory).
     servers = [
-        GymServers(token=TOKEN, seed=5, tool_latency=0.02, staging_sink=staging) for _ in INSTANCES
+        GymServers(
+            token=TOKEN, seed=5, tool_latency=0.02, staging_sink=staging, checkpoint_root=root
+        )
+        for _ in INSTANCES
     ]
     for server in servers:
         await server.start()

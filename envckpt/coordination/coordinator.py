@@ -68,6 +68,11 @@ class Coordinator:
         self.instance_id = instance_id
 
     @property
+    def clock(self) -> Clock:
+        """The clock deadlines are measured on (callers compute cleanup deadlines on it)."""
+        return self._clock
+
+    @property
     def transport(self) -> ControlTransport:
         return self._transport
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from envckpt import logs
-from envckpt.coordination.coordinator import Coordinator
+from envckpt.clock import Clock, SystemClock
+from envckpt.coordination.coordinator import CLEANUP_SECONDS, Coordinator
 from envckpt.coordination.types import GymCoordination, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
@@ -314,8 +315,12 @@ class GymCheckpointAdapter:
         replacements = [e.next_attempt() for e in scope]
         failure: GymCheckpointUnavailable | None = None
         for _ in range(max(1, retire_attempts)):
+            # Each try gets room of its own: an attempt that timed out may have
+            # used up the caller's deadline, and participants refuse a retire
+            # whose deadline has passed, yet this cleanup must still happen.
+            attempt_deadline = max(deadline_ts, self._cleanup_clock().now() + CLEANUP_SECONDS)
             try:
-                await self.retire(checkpoint_id, replacements, deadline_ts=deadline_ts)
+                await self.retire(checkpoint_id, replacements, deadline_ts=attempt_deadline)
             except GymCheckpointUnavailable as error:
                 failure = error
                 continue
@@ -327,9 +332,16 @@ class GymCheckpointAdapter:
                 instance_id=self._instance.instance_id,
                 failures=failure.failures,
             )
-        await self.resume(checkpoint_id, deadline_ts=deadline_ts)
+        resume_deadline = max(deadline_ts, self._cleanup_clock().now() + CLEANUP_SECONDS)
+        await self.resume(checkpoint_id, deadline_ts=resume_deadline)
         if failure is not None:
             raise failure
+
+    def _cleanup_clock(self) -> Clock:
+        # The coordination's own clock, so cleanup deadlines are on the clock
+        # the participants' deadlines are checked against (a fake one in tests).
+        clock = getattr(self._coordination, "clock", None)
+        return clock if clock is not None else SystemClock()
 
     async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
         """Reopen every participant (also aborts). On failure the state stays, so

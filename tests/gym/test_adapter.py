@@ -298,7 +298,7 @@ async def test_an_adapter_built_from_a_server_client_runs_the_same_cycle(tmp_pat
     from helpers.sim_server_client import server_client_for
 
     token = "drop-in-token-0123456789"
-    async with GymServers(token=token, seed=1) as servers:
+    async with GymServers(token=token, seed=1, checkpoint_root=tmp_path) as servers:
         client = server_client_for(servers.urls)
         adapter = GymCheckpointAdapter(instance=INSTANCE, client=client, auth_token=token)
         try:
@@ -323,13 +323,13 @@ async def test_an_adapter_built_from_a_server_client_runs_the_same_cycle(tmp_pat
     await adapter.aclose()  # a second close does nothing
 
 
-async def test_a_wrong_token_fails_discovery_as_unavailable() -> None:
+async def test_a_wrong_token_fails_discovery_as_unavailable(tmp_path: Path) -> None:
     """The token given to the adapter is the one sent: a wrong one is refused by every server."""
     from envckpt.sim.server import GymServers
 
     from helpers.sim_server_client import server_client_for
 
-    async with GymServers(token="right-token-0123456789") as servers:
+    async with GymServers(token="right-token-0123456789", checkpoint_root=tmp_path) as servers:
         adapter = GymCheckpointAdapter(
             instance=INSTANCE,
             client=server_client_for(servers.urls),
