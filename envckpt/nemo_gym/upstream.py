@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import linecache
+import re
 import textwrap
 
 # target -> (fingerprint, what depends on it)
@@ -80,8 +82,31 @@ def resolve(target: str) -> object:
     return found
 
 
+def source_of(found: object) -> str:
+    """The source text ``inspect.getsource`` gives, found without ``ast.parse`` for classes.
+
+    Python 3.11's ``inspect`` locates a class by parsing its whole module, and
+    3.11.7's AST conversion keeps its recursion depth per interpreter, not
+    per thread: a parse racing another thread's raises ``SystemError: AST
+    constructor recursion depth mismatch`` (CPython gh-106905). A class is
+    found here by its ``class`` line and cut with ``inspect.getblock``
+    (tokenize only), which yields the same text for module-level classes.
+    """
+    if not inspect.isclass(found):
+        return inspect.getsource(found)  # type: ignore[arg-type]
+    filename = inspect.getsourcefile(found)
+    if filename is None:
+        raise OSError(f"no source file for {found!r}")
+    lines = linecache.getlines(filename)
+    header = re.compile(rf"^class\s+{re.escape(found.__name__)}\b")
+    for number, line in enumerate(lines):
+        if header.match(line):
+            return "".join(inspect.getblock(lines[number:]))
+    raise OSError(f"no module-level class {found.__name__} in {filename}")
+
+
 def fingerprint(target: str) -> str:
-    source = textwrap.dedent(inspect.getsource(resolve(target)))  # type: ignore[arg-type]
+    source = textwrap.dedent(source_of(resolve(target)))
     return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
 
 

@@ -79,14 +79,21 @@ async def test_a_run_parks_while_the_model_is_closed_then_finishes(shared_deploy
         cid = mint_checkpoint_id("park")
         prepared = await control(client, urls["policy_model"], "prepare", cid)
         assert prepared["report"]["ready"]
-        await asyncio.sleep(0.5)
+        # The turn under way (a tool call, say) finishes; the next model call
+        # is refused and the run parks. How long that takes depends on load,
+        # so the status is polled (an absolute deadline) instead of slept on.
+        deadline = time.monotonic() + 30
+        while True:
+            status = (
+                await client.get(
+                    f"{urls['counter_agent']}{CONTROL}/status",
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                )
+            ).json()
+            if status["report"]["counts"]["in_flight"] == 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         assert not running.done()  # parked: the model refuses its next call
-        status = (
-            await client.get(
-                f"{urls['counter_agent']}{CONTROL}/status",
-                headers={"Authorization": f"Bearer {TOKEN}"},
-            )
-        ).json()
         assert status["report"]["counts"]["in_flight"] == 0
         assert status["report"]["counts"]["live"] >= 1
         await control(client, urls["policy_model"], "resume", cid)

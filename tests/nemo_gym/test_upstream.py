@@ -26,3 +26,22 @@ def test_drift_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
     target = "responses_api_agents.simple_agent.app:SimpleAgent._create_episode"
     monkeypatch.setitem(upstream.MIRRORED, target, ("0000000000000000", "tampered"))
     assert set(upstream.drifted()) == {target}
+
+
+@pytest.mark.parametrize("target", sorted(upstream.MIRRORED))
+def test_source_is_what_inspect_gives(target: str) -> None:
+    """Classes are cut without ast.parse, yet the text is inspect.getsource's, byte for byte."""
+    import inspect
+
+    found = upstream.resolve(target)
+    assert upstream.source_of(found) == inspect.getsource(found)  # type: ignore[arg-type]
+
+
+def test_a_class_not_at_module_level_is_refused() -> None:
+    """A class the module does not define at its top level has no source to cut: OSError."""
+
+    class Local:
+        pass
+
+    with pytest.raises(OSError, match="no module-level class Local"):
+        upstream.source_of(Local)
