@@ -219,9 +219,7 @@ async def test_a_commit_failing_after_another_commit_committed_moves_to_failed(
     await adapter.prepare("c1", deadline_ts=far(deployment))
     # The second commit's request to tools waits (slow) until its deadline.
     deployment.faults.add("slow", server="tools", route="commit")
-    second = asyncio.create_task(
-        adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
-    )
+    second = asyncio.create_task(adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment)))
     for _ in range(10_000):
         if deployment.faults.fired:
             break

@@ -160,9 +160,7 @@ def test_only_the_engine_s_own_tables_are_recorded() -> None:
         assert fire(real, real.new("a"), "prepare") == "prepare"
         assert fire(copy, copy.new("b"), "prepare") == "prepare"
         assert calls == ["prepare", "prepare"]
-        assert dict(RECORDER.current) == {
-            ("participant_phases", "idle", "prepare", "preparing"): 1
-        }
+        assert dict(RECORDER.current) == {("participant_phases", "idle", "prepare", "preparing"): 1}
     finally:
         RECORDER.current.clear()
         RECORDER.current.update(saved)
