@@ -9,7 +9,8 @@ short as any that reaches it.
 
     result = explore(BOUNDED)
     print(result.report())
-    # states explored: 2114, transitions: 9032, depth: 31, violations: 0
+    # model check bounded: 2551 states, 7375 transitions, depth 55, 57.3 s
+    # states explored: 2551, violations: 0
 """
 
 from __future__ import annotations

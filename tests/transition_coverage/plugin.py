@@ -129,9 +129,11 @@ def engine_table(table: object) -> bool:
 
 
 def _wrap_fire(original: Callable[..., Any]) -> Callable[..., Any]:
-    def fire(self: BoundMachine[Any], model: MachineState[Any], trigger: str, **kwargs: Any) -> Any:
+    def fire(
+        self: BoundMachine[Any], model: MachineState[Any], trigger: str, *args: Any, **kwargs: Any
+    ) -> Any:
         source = str(model.state)
-        record = original(self, model, trigger, **kwargs)
+        record = original(self, model, trigger, *args, **kwargs)
         # A table a test built itself (a seeded bug in the model check) says
         # nothing about the engine's rows: its transitions are not counted.
         if engine_table(self.table):
