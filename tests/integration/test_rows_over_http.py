@@ -6,8 +6,9 @@ participant cores these tests also read. ``make verify``'s transition
 coverage counts each row fired here as exercised over HTTP:
 
 * instance lifecycle: ``preparing`` --prepare_blocked / renew / prepare /
-  fail-->, ``restored`` --renew / retire / forget-->, ``committed``
-  --fail-->, ``discovered`` --retire / forget / fail-->;
+  fail-->, ``prepared`` --renew-->, ``restored`` --renew / retire /
+  forget-->, ``committed`` --fail-->, ``discovered`` --retire / forget /
+  fail / fail_restore-->;
 * participant phases: ``restored`` --expire--> (a restored lease runs out);
 * snapshot session: ``committed`` --resume--> (a snapshot left without
   checking the cut).
@@ -24,7 +25,7 @@ from structlog.testing import capture_logs
 
 from envckpt.clock import FakeClock, SystemClock
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import GymCheckpointUnavailable, IllegalTransition
+from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, IllegalTransition
 from envckpt.facade.manifest import MANIFEST_NAME
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
@@ -70,7 +71,8 @@ def all_idle_and_open(deployment: Deployment) -> bool:
 
 
 async def test_a_blocked_prepare_is_retried_renewed_and_then_ready(tmp_path: Path) -> None:
-    """preparing: a repeat still blocked stays, a renew extends every lease, then ready."""
+    """preparing: a repeat still blocked stays, a renew extends every lease, then ready
+    (and renewed again while prepared)."""
     deployment = Deployment(http=True)
     adapter = await discovered(deployment)
     # Held by the last stage's participant, so every participant has c1 open to renew.
@@ -88,12 +90,18 @@ async def test_a_blocked_prepare_is_retried_renewed_and_then_ready(tmp_path: Pat
                 assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
         ready = await adapter.prepare("c1", deadline_ts=far(deployment))
         assert ready.prepared and adapter.state == "prepared"
+        await adapter.renew("c1", deadline_ts=renewed_to + 10)
+        assert all(
+            core.lease_expires_at == renewed_to + 10 + DEFAULT_LEASE_GRACE_SECONDS
+            for core in deployment.cores.values()
+        )
         await adapter.resume("c1", deadline_ts=far(deployment))
     assert lifecycle(logs) == [
         ("discovered", "prepare_blocked", "preparing"),
         ("preparing", "prepare_blocked", "preparing"),
         ("preparing", "renew", "preparing"),
         ("preparing", "prepare", "prepared"),
+        ("prepared", "renew", "prepared"),
         ("prepared", "resume", "resumed"),
     ]
     assert all_idle_and_open(deployment)
@@ -185,6 +193,25 @@ async def test_renew_retire_and_forget_while_restored(tmp_path: Path) -> None:
     assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
     await adapter.resume("r1", deadline_ts=far(fresh))
     assert adapter.state == "resumed" and all_idle_and_open(fresh)
+
+
+async def test_a_restore_refused_by_every_participant_is_abandoned(tmp_path: Path) -> None:
+    """Nothing saved there: restore_failed, then the abandon retires and resumes."""
+    deployment = Deployment(http=True)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs, pytest.raises(CorruptCheckpoint):
+        await adapter.restore(
+            "r1",
+            tmp_path,
+            [E1],
+            participants=("agent",),
+            source_checkpoint_id="c1",
+            deadline_ts=far(deployment),
+        )
+    assert lifecycle(logs) == [("discovered", "fail_restore", "restore_failed")]
+    await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
+    assert adapter.state == "resumed" and all_idle_and_open(deployment)
+    assert all(core.fence.mark("r1") == 1 for core in deployment.cores.values())
 
 
 async def test_a_restored_participant_whose_lease_ran_out_resumes_itself(tmp_path: Path) -> None:
