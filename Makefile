@@ -60,7 +60,7 @@ mutation: $(STAMP)
 	rm -rf $(BUILD)/mutation && mkdir -p $(BUILD)/mutation
 	git ls-files | tar -cf - -T - | tar -xf - -C $(BUILD)/mutation
 	cd $(BUILD)/mutation && env -u PYTHONPATH ../../$(BIN)/mutmut run --max-children 2 || true
-	$(BIN)/python tests/mutation/score.py $(BUILD)/mutation
+	$(BIN)/python tests/mutation/score.py $(BUILD)/mutation --fail-under 90
 
 statecharts: $(STAMP)
 	$(BIN)/envckpt statecharts

@@ -5,7 +5,7 @@ cores (in-process transport, a clock that only moves when told to) and
 enumerates every interleaving of a small configuration by breadth-first
 search over replayed action paths:
 
-    config = BOUNDED                       # or FULL (``--full``)
+    config = BOUNDED                       # or TINY, FULL (``--tiny``, ``--full``)
     result = explore(config)               # states, transitions, depth, violations
     print(result.report())                 # a violation prints its shortest trace
 

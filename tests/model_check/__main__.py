@@ -1,4 +1,6 @@
-"""``python -m model_check [--full | --tiny] [--max-states N]`` (with ``tests`` on the path).
+"""``python -m model_check [--full | --tiny | --full-unbounded] [--max-states N]``.
+
+Run with ``tests`` on the path (``PYTHONPATH=tests``).
 
 Prints progress to stderr, every violation with its shortest trace, then
 the figures and, as the last line, ``states explored: N, violations: V``.
@@ -11,19 +13,29 @@ import argparse
 import sys
 import time
 
-from model_check.config import BOUNDED, FULL, TINY
+from model_check.config import BOUNDED, FULL, FULL_UNBOUNDED, TINY
 from model_check.explore import Result, explore
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m model_check", description=__doc__)
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--full", action="store_true", help="the larger configuration (minutes)")
+    size.add_argument(
+        "--full", action="store_true", help="the larger configuration (tens of minutes)"
+    )
+    size.add_argument(
+        "--full-unbounded",
+        action="store_true",
+        help="full, with the discovery interleaved and time passing anywhere (hours or more)",
+    )
     size.add_argument("--tiny", action="store_true", help="one rollout, one fault kind (seconds)")
     parser.add_argument("--max-states", type=int, default=None, help="stop after N states")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
-    config = FULL if args.full else TINY if args.tiny else BOUNDED
+    config = BOUNDED
+    for flag, chosen in (("full", FULL), ("full_unbounded", FULL_UNBOUNDED), ("tiny", TINY)):
+        if getattr(args, flag):
+            config = chosen
     if args.max_states is not None:
         config = config.but(max_states=args.max_states)
     last = [time.monotonic()]

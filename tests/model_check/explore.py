@@ -9,7 +9,8 @@ short as any that reaches it.
 
     result = explore(BOUNDED)
     print(result.report())
-    # states explored: 2114, transitions: 9032, depth: 31, violations: 0
+    # model check bounded: 2551 states, 7375 transitions, depth 55, 57.3 s
+    # states explored: 2551, violations: 0
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -203,21 +205,24 @@ def _scratch() -> Iterator[Path]:
 def _quiet_logs() -> Iterator[None]:
     """Drop every structlog event while exploring (millions of transitions)."""
     # An abandoned generation's coroutines are closed when collected, on a
-    # closed loop: their complaints are expected and say nothing.
+    # closed loop, and those it built but never started are "never awaited":
+    # their complaints are expected and say nothing.
     unraisable = sys.unraisablehook
     sys.unraisablehook = lambda _: None
     configured = structlog.is_configured()
     previous = structlog.get_config()
     structlog.configure(processors=[_drop], cache_logger_on_first_use=False)
-    try:
-        yield
-    finally:
-        if configured:
-            structlog.configure(**previous)
-        else:
-            structlog.reset_defaults()
-        gc.collect()  # the abandoned coroutines go now, while their noise is dropped
-        sys.unraisablehook = unraisable
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="coroutine .* was never awaited")
+        try:
+            yield
+        finally:
+            if configured:
+                structlog.configure(**previous)
+            else:
+                structlog.reset_defaults()
+            gc.collect()  # the abandoned coroutines go now, while their noise is dropped
+            sys.unraisablehook = unraisable
 
 
 def _drop(_: object, __: str, ___: object) -> object:

@@ -99,3 +99,15 @@ def test_the_cli_prints_the_summary_last(capsys: pytest.CaptureFixture[str]) -> 
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == "states explored: 40, violations: 0"
     assert "stopped at max_states" in lines[-2]
+
+
+@pytest.mark.parametrize(
+    ("flag", "name"),
+    [("--full", "full"), ("--full-unbounded", "full-unbounded"), (None, "bounded")],
+)
+def test_the_cli_picks_the_configuration(
+    flag: str | None, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each flag explores its configuration (here its first few states)."""
+    assert main([*([flag] if flag else []), "--quiet", "--max-states", "5"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2].startswith(f"model check {name}: 5 states")

@@ -13,7 +13,7 @@ from envckpt.machines.overlay import coverage, load_coverage
 from envckpt.machines.tables import PARTICIPANT_PHASES
 
 from transition_coverage.__main__ import main as report_main
-from transition_coverage.plugin import RECORDER, Recorder, _wrap_handle
+from transition_coverage.plugin import RECORDER, Recorder, _wrap_fire, _wrap_handle
 from transition_coverage.rows import HTTP, IN_PROCESS, all_rows, coverage_report
 
 
@@ -136,3 +136,31 @@ def test_a_test_s_transitions_count_by_its_transport() -> None:
     recorder.end_test("tests/machines/test_binding.py::test_z")
     assert [(e.via, e.count) for e in recorder.entries()] == [(HTTP, 1), (IN_PROCESS, 1)]
     assert recorder.http_tests == 1
+
+
+def test_only_the_engine_s_own_tables_are_recorded() -> None:
+    """A fire on the real table is recorded; one on a test's mutated copy of it is not."""
+    import dataclasses
+
+    from envckpt.machines.binding import BoundMachine
+
+    calls: list[str] = []
+
+    def original(self: object, model: object, trigger: str, **_: object) -> str:
+        model.state = PARTICIPANT_PHASES.destination(model.state, trigger)  # type: ignore[attr-defined]
+        calls.append(trigger)
+        return trigger
+
+    fire = _wrap_fire(original)
+    real = BoundMachine(PARTICIPANT_PHASES)
+    copy = BoundMachine(dataclasses.replace(PARTICIPANT_PHASES))
+    saved = RECORDER.current.copy()
+    try:
+        RECORDER.current.clear()
+        assert fire(real, real.new("a"), "prepare") == "prepare"
+        assert fire(copy, copy.new("b"), "prepare") == "prepare"
+        assert calls == ["prepare", "prepare"]
+        assert dict(RECORDER.current) == {("participant_phases", "idle", "prepare", "preparing"): 1}
+    finally:
+        RECORDER.current.clear()
+        RECORDER.current.update(saved)

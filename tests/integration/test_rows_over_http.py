@@ -1,0 +1,295 @@
+"""Machine rows the rest of the suite reaches rarely, only in process or never, over real HTTP.
+
+Every test drives ``Deployment(http=True)`` (``helpers.dict_deployment``): each
+control call crosses uvicorn, the FastAPI routes and the HTTP client to
+participant cores these tests also read. ``make verify``'s transition
+coverage counts each row fired here as exercised over HTTP:
+
+* instance lifecycle: ``preparing`` --prepare_blocked / renew / prepare /
+  fail-->, ``prepared`` --renew-->, ``restored`` --renew / retire /
+  forget-->, ``committed`` --fail-->, ``discovered`` --retire / forget /
+  fail / fail_restore-->;
+* participant phases: ``restored`` --expire--> (a restored lease runs out);
+* snapshot session: ``committed`` --resume--> (a snapshot left without
+  checking the cut).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from envckpt.clock import FakeClock, SystemClock
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, IllegalTransition
+from envckpt.facade.manifest import MANIFEST_NAME
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
+
+from helpers.dict_deployment import Deployment, LoopbackHttp
+from helpers.facade_world import A, B, FacadeWorld
+
+INSTANCE = GymCheckpointInstance("shard", 0)
+E1 = EnvironmentEpisode("r1", 0)
+STALE = EnvironmentEpisode("old", 0)
+
+
+@pytest.fixture(autouse=True)
+async def _close_servers() -> AsyncIterator[None]:
+    yield
+    await LoopbackHttp.close_all()
+
+
+def far(deployment: Deployment) -> float:
+    return deployment.clock.now() + 60
+
+
+async def discovered(deployment: Deployment) -> GymCheckpointAdapter:
+    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
+    await adapter.discover()
+    return adapter
+
+
+def lifecycle(logs: list[dict[str, object]]) -> list[tuple[object, object, object]]:
+    return [
+        (e["source"], e["trigger"], e["dest"])
+        for e in logs
+        if e.get("machine") == "instance_lifecycle"
+    ]
+
+
+def all_idle_and_open(deployment: Deployment) -> bool:
+    return all(
+        core.phase == "idle" and deployment.hooks[name].admission_open
+        for name, core in deployment.cores.items()
+    )
+
+
+async def test_a_blocked_prepare_is_retried_renewed_and_then_ready(tmp_path: Path) -> None:
+    """preparing: a repeat still blocked stays, a renew extends every lease, then ready
+    (and renewed again while prepared)."""
+    deployment = Deployment(http=True)
+    adapter = await discovered(deployment)
+    # Held by the last stage's participant, so every participant has c1 open to renew.
+    tools = deployment.cores["tools"]
+    with capture_logs() as logs:
+        async with tools.admit(E1):
+            first = await adapter.prepare("c1", deadline_ts=far(deployment))
+            again = await adapter.prepare("c1", deadline_ts=far(deployment))
+            assert adapter.state == "preparing"
+            assert first.blockers() == again.blockers() == {"tools": ("r1",)}
+            renewed_to = far(deployment) + 1000
+            await adapter.renew("c1", deadline_ts=renewed_to)
+            assert adapter.state == "preparing"
+            for core in deployment.cores.values():
+                assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+        ready = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert ready.prepared and adapter.state == "prepared"
+        await adapter.renew("c1", deadline_ts=renewed_to + 10)
+        assert all(
+            core.lease_expires_at == renewed_to + 10 + DEFAULT_LEASE_GRACE_SECONDS
+            for core in deployment.cores.values()
+        )
+        await adapter.resume("c1", deadline_ts=far(deployment))
+    assert lifecycle(logs) == [
+        ("discovered", "prepare_blocked", "preparing"),
+        ("preparing", "prepare_blocked", "preparing"),
+        ("preparing", "renew", "preparing"),
+        ("preparing", "prepare", "prepared"),
+        ("prepared", "renew", "prepared"),
+        ("prepared", "resume", "resumed"),
+    ]
+    assert all_idle_and_open(deployment)
+    assert LoopbackHttp.delivered > 0
+
+
+async def test_a_prepare_failing_while_preparing_moves_to_failed() -> None:
+    """A retried prepare that fails with the checkpoint open leaves only resume."""
+    deployment = Deployment(http=True)
+    adapter = await discovered(deployment)
+    async with deployment.cores["agent"].admit(E1):
+        await adapter.prepare("c1", deadline_ts=far(deployment))
+    assert adapter.state == "preparing"
+    deployment.faults.add("error", server="tools", route="prepare")
+    with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as info:
+        await adapter.prepare("c1", deadline_ts=far(deployment))
+    assert "tools" in info.value.failures
+    assert lifecycle(logs) == [("preparing", "fail", "failed")]
+    before = deployment.transport.requests
+    with pytest.raises(IllegalTransition):
+        await adapter.prepare("c2", deadline_ts=far(deployment))
+    assert deployment.transport.requests == before
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert adapter.state == "resumed" and all_idle_and_open(deployment)
+
+
+async def test_cleanup_calls_and_a_failed_prepare_between_checkpoints() -> None:
+    """discovered: retire raises the mark everywhere, forget clears it, a failed prepare fails."""
+    deployment = Deployment(http=True)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs:
+        await adapter.retire("c0", [STALE], deadline_ts=far(deployment))
+        assert all(core.fence.mark("old") == 0 for core in deployment.cores.values())
+        await adapter.forget("c0", ["old"], deadline_ts=far(deployment))
+        assert all(core.fence.mark("old") is None for core in deployment.cores.values())
+        deployment.faults.add("unreachable", server="policy", route="prepare")
+        with pytest.raises(GymCheckpointUnavailable):
+            await adapter.prepare("c1", deadline_ts=far(deployment))
+    assert lifecycle(logs) == [
+        ("discovered", "retire", "discovered"),
+        ("discovered", "forget", "discovered"),
+        ("discovered", "fail", "failed"),
+    ]
+    # agent and tools opened c1 before policy's failure: resume closes it everywhere.
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert adapter.state == "resumed" and all_idle_and_open(deployment)
+
+
+async def restored_deployment(tmp_path: Path) -> tuple[Deployment, GymCheckpointAdapter]:
+    """E1 saved at turn 2, then restored as attempt 1 by fresh processes (state restored)."""
+    deployment = Deployment(http=True)
+    await deployment.start(E1, turn=2)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    summary = await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    fresh = deployment.fresh()
+    restored = await discovered(fresh)
+    await restored.restore(
+        "r1",
+        tmp_path,
+        [E1],
+        participants=summary.participants,
+        source_checkpoint_id="c1",
+        deadline_ts=far(fresh),
+    )
+    assert restored.state == "restored"
+    return fresh, restored
+
+
+async def test_renew_retire_and_forget_while_restored(tmp_path: Path) -> None:
+    """restored: renew extends the leases, retire and forget act, the restored state stays."""
+    fresh, adapter = await restored_deployment(tmp_path)
+    with capture_logs() as logs:
+        renewed_to = far(fresh) + 1000
+        await adapter.renew("r1", deadline_ts=renewed_to)
+        for core in fresh.cores.values():
+            assert core.phase == "restored"
+            assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+        await adapter.retire("r1", [STALE], deadline_ts=far(fresh))
+        assert all(core.fence.mark("old") == 0 for core in fresh.cores.values())
+        await adapter.forget("r1", ["old"], deadline_ts=far(fresh))
+        assert all(core.fence.mark("old") is None for core in fresh.cores.values())
+    assert lifecycle(logs) == [
+        ("restored", "renew", "restored"),
+        ("restored", "retire", "restored"),
+        ("restored", "forget", "restored"),
+    ]
+    assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
+    await adapter.resume("r1", deadline_ts=far(fresh))
+    assert adapter.state == "resumed" and all_idle_and_open(fresh)
+
+
+async def test_a_restore_refused_by_every_participant_is_abandoned(tmp_path: Path) -> None:
+    """Nothing saved there: restore_failed, then the abandon retires and resumes."""
+    deployment = Deployment(http=True)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs, pytest.raises(CorruptCheckpoint):
+        await adapter.restore(
+            "r1",
+            tmp_path,
+            [E1],
+            participants=("agent",),
+            source_checkpoint_id="c1",
+            deadline_ts=far(deployment),
+        )
+    assert lifecycle(logs) == [("discovered", "fail_restore", "restore_failed")]
+    await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
+    assert adapter.state == "resumed" and all_idle_and_open(deployment)
+    assert all(core.fence.mark("r1") == 1 for core in deployment.cores.values())
+
+
+async def test_a_restored_participant_whose_lease_ran_out_resumes_itself(tmp_path: Path) -> None:
+    """Past a restore's lease the next call finds every participant idle, state kept."""
+    fresh, adapter = await restored_deployment(tmp_path)
+    assert isinstance(fresh.clock, FakeClock)
+    lease = max(core.lease_expires_at or 0.0 for core in fresh.cores.values())
+    fresh.clock.advance(lease - fresh.clock.now() + 1)
+    with capture_logs() as logs:
+        for name in fresh.cores:
+            reply = await fresh.transport.request(name, "GET", "status", None, timeout=30)
+            assert reply.status == 200 and reply.body["phase"] == "idle"
+    expired = [
+        (e["server"], e["source"], e["dest"])
+        for e in logs
+        if e.get("machine") == "participant_phases" and e["trigger"] == "expire"
+    ]
+    assert sorted(expired) == [(name, "restored", "idle") for name in sorted(fresh.cores)]
+    assert all_idle_and_open(fresh)
+    assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
+    await adapter.resume("r1", deadline_ts=far(fresh))  # the id has finished: idempotent
+    assert adapter.state == "resumed"
+
+
+async def test_a_commit_failing_after_another_commit_committed_moves_to_failed(
+    tmp_path: Path,
+) -> None:
+    """committed --fail: a second commit of the checkpoint that is cancelled after the first."""
+    deployment = Deployment(http=True, clock=SystemClock())
+    await deployment.start(E1, turn=2)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    # The second commit's request to tools waits (slow) until its deadline.
+    deployment.faults.add("slow", server="tools", route="commit")
+    second = asyncio.create_task(adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment)))
+    for _ in range(10_000):
+        if deployment.faults.fired:
+            break
+        await asyncio.sleep(0)
+    assert deployment.faults.fired == [("slow", "tools", "commit")]
+    with capture_logs() as logs:
+        summary = await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
+        assert adapter.state == "committed" and summary.exported_episodes == (E1,)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+    assert lifecycle(logs) == [
+        ("prepared", "commit", "committed"),
+        ("committed", "fail", "failed"),
+    ]
+    with pytest.raises(IllegalTransition):
+        await adapter.prepare("c2", deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    assert adapter.state == "resumed" and all_idle_and_open(deployment)
+
+
+async def test_a_snapshot_left_without_checking_the_cut_resumes_from_committed(
+    tmp_path: Path,
+) -> None:
+    """The snapshot session resumes from committed when the cut is never checked."""
+    clock = FakeClock()
+    world = FacadeWorld(
+        clock=clock,
+        deployments={A: Deployment(clock=clock, http=True), B: Deployment(clock=clock, http=True)},
+    )
+    await world.start(A, E1)
+    with capture_logs() as logs:
+        async with world.facade.snapshot(tmp_path / "snap") as snap:
+            assert snap is not None
+    session = [
+        (e["source"], e["trigger"], e["dest"])
+        for e in logs
+        if e.get("machine") == "snapshot_session"
+    ]
+    assert session == [
+        ("opened", "prepare", "prepared"),
+        ("prepared", "commit", "committed"),
+        ("committed", "resume", "resumed"),
+    ]
+    assert world.all_idle()
+    assert (tmp_path / "snap" / MANIFEST_NAME).is_file()
