@@ -49,7 +49,7 @@ from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
-from envckpt.participant.restore_read import read_in_thread
+from envckpt.participant.restore_read import install_in_batches, verify_in_thread
 from envckpt.protocol import CAPABILITIES, ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
@@ -305,7 +305,7 @@ class ParticipantCore:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             rules.check_restorable(scope, self.hooks.live_episodes() | self.fence.in_flight())
-            source, plans = await read_in_thread(
+            source = await verify_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
                 kind=self.kind,
@@ -325,19 +325,19 @@ class ParticipantCore:
                 self.fence.retire(held)
                 if held:
                     await self._stop(held, deadline_ts)
-                self.hooks.install(plans)
+                installed = await install_in_batches(source, self.hooks)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await self.hooks.open_admission()  # phase and admission agree
                 raise
-            self.fence.installed((episode for episode, _ in plans), scope)
+            self.fence.installed(installed, scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
             self._served_traffic = True  # installed state counts as traffic (status)
             reply = {
                 "phase": Phase.RESTORED,
                 "checkpoint_id": checkpoint_id,
-                "source_checkpoint_id": source,
-                "restored": capture_keys(episode for episode, _ in plans),
+                "source_checkpoint_id": source.checkpoint_id,
+                "restored": capture_keys(installed),
             }
             self._open = OpenCheckpoint(checkpoint_id, restore=(args, reply))
             self._arm_lease(deadline_ts)

@@ -23,10 +23,10 @@ Call order (every function is synchronous; the participant core runs them via
     # restore: validate everything before installing anything
     manifest = read_manifest(checkpoint_dir, kind=..., instance=...,
                              checkpoint_id=expected_id)
-    verify_records(checkpoint_dir, manifest)        # whole file, once
-    for record in iter_records(checkpoint_dir, manifest):
+    identity = verify_records(checkpoint_dir, manifest, visit=check)  # whole file, hashed
+    for record, size in reread_records(checkpoint_dir, manifest, identity):
         episode, state = from_record(record)     # either envelope shape
-        install(episode, state)
+        install(episode, state)                  # in batches (restore_read.py)
 
 The package: ``layout`` (paths and names), ``envelope`` (one record's
 envelope), ``records`` (the records file), ``manifest`` (the manifest), and
@@ -69,7 +69,13 @@ from envckpt.participant.store.manifest import (
     read_manifest,
     records_path,
 )
-from envckpt.participant.store.records import iter_records, verify_records, write_records
+from envckpt.participant.store.records import (
+    FileIdentity,
+    iter_records,
+    reread_records,
+    verify_records,
+    write_records,
+)
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -78,6 +84,7 @@ __all__ = [
     "MANIFEST_NAME",
     "SCHEMA_VERSION",
     "STANDARD_FIELDS",
+    "FileIdentity",
     "Manifest",
     "from_record",
     "iter_records",
@@ -85,6 +92,7 @@ __all__ = [
     "read_manifest",
     "records_file_name",
     "records_path",
+    "reread_records",
     "to_record",
     "verify_records",
     "write_checkpoint",
