@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,7 +106,7 @@ def verify(
     return VerifiedCheckpoint(checkpoint_dir, manifest, identity, scope, thread)
 
 
-def _batches(source: VerifiedCheckpoint, hooks: StateHooks) -> Iterator[RestoreBatch]:
+def _batches(source: VerifiedCheckpoint, hooks: StateHooks) -> Generator[RestoreBatch, None, None]:
     """The second pass: validated next attempts, in batches of about BATCH_BYTES."""
     batch: RestoreBatch = []
     size = 0
