@@ -23,8 +23,9 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, NoReturn
 
+import orjson
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from envckpt.errors import ParticipantError
@@ -72,9 +73,25 @@ async def _read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+# orjson reads an integer beyond 64 bits as a float; the standard library reads
+# it exactly. A body with a run of 19 digits anywhere goes the standard way.
+_DIGITS_AS_ZERO = bytes(ord("0") if 0x30 <= byte <= 0x39 else byte for byte in range(256))
+_LONG_NUMBER = b"0" * 19
+
+
 def _parse_json(raw: bytes) -> Any:
+    """One JSON value; orjson when it reads the body as the standard library would.
+
+    Whatever orjson refuses (NaN, other encodings, deep nesting...) the
+    standard library decides, with its own message.
+    """
     if not raw.strip():
         raise _BadBody("the body is empty; send a JSON object")
+    if _LONG_NUMBER not in raw.translate(_DIGITS_AS_ZERO):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
     try:
         return json.loads(raw, parse_constant=_reject_constant)
     except _BadBody:
@@ -87,11 +104,28 @@ def _envelope(error: ParticipantError) -> JSONResponse:
     return JSONResponse(status_code=error.status, content=error.to_wire())
 
 
-Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
+def _reply(status: int, content: dict[str, Any]) -> Response:
+    """``content`` as JSONResponse would send it, encoded by orjson when that is the same.
+
+    A commit reply lists every exported episode: orjson takes a tenth of the
+    standard library's time. orjson writes NaN as ``null`` and refuses what
+    the standard library may write (integers beyond 64 bits): then, and for
+    any reply holding ``null``, JSONResponse encodes it (and raises for NaN).
+    """
+    try:
+        body = orjson.dumps(content)
+    except TypeError:
+        return JSONResponse(status_code=status, content=content)
+    if b"null" in body:
+        return JSONResponse(status_code=status, content=content)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 def _endpoint(core: ParticipantCore, route: str, token: str, max_body_bytes: int) -> Endpoint:
-    async def endpoint(request: Request) -> JSONResponse:
+    async def endpoint(request: Request) -> Response:
         if not edge.authorized(request.headers.get("authorization"), token):
             return _envelope(ParticipantError("unauthorized", "missing or wrong bearer token"))
         body: Any = None
@@ -112,7 +146,7 @@ def _endpoint(core: ParticipantCore, route: str, token: str, max_body_bytes: int
             authorization=f"Bearer {_VERIFIED}",
             token=_VERIFIED,
         )
-        return JSONResponse(status_code=status, content=reply)
+        return _reply(status, reply)
 
     endpoint.__name__ = f"checkpoint_{route}"
     return endpoint

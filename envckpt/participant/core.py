@@ -38,7 +38,7 @@ from typing import Any
 import structlog
 
 from envckpt.clock import Clock, SystemClock
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
@@ -216,7 +216,7 @@ class ParticipantCore:
         episode_ids: Iterable[EnvironmentEpisode] | None,
         stop: bool = False,
     ) -> dict[str, Any]:
-        scope = None if episode_ids is None else tuple(sorted(set(episode_ids)))
+        scope = None if episode_ids is None else sorted_episodes(episode_ids)
         scope_keys = None if scope is None else tuple(e.capture_key for e in scope)
         args: CommitArgs = (checkpoint_dir, scope_keys, stop)
         async with self._lock:

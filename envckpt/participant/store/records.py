@@ -8,29 +8,18 @@ the file twice (``verify_records``, then ``reread_records`` to install), and
 hashes it only the first time: the second read refuses a file that is no
 longer the one verified (device, inode, size, modification and change times).
 
-Lines are encoded by orjson (about 20x the standard library's speed), as
-UTF-8. Where orjson would differ from what JSON allows or what the standard
-library wrote before, the standard library decides: orjson writes NaN and
-Infinity as ``null``, so a line holding ``null`` anywhere is checked by the
-standard library encoder (which refuses them); what orjson refuses (integers
-beyond 64 bits, lone surrogates, non-string keys, datetimes, dataclasses)
-the standard library writes or refuses exactly as before. The digest is over
-the bytes written, so a reader never depends on which encoder ran. Lines are
-decoded by the standard library: orjson would read an integer beyond 64 bits
-as a float.
+Lines are encoded and decoded by ``lines`` (orjson writes, the standard
+library decides the edge cases and reads).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
-
-import orjson
 
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import fsync_dir
@@ -40,9 +29,9 @@ from envckpt.participant.store.layout import (
     StrPath,
     records_file_name,
     refuse_published,
-    reject_json_constant,
     temp_path,
 )
+from envckpt.participant.store.lines import decode_record
 from envckpt.participant.store.manifest import Manifest, records_path
 
 # Records are hashed and written in chunks of about this size: large enough that
@@ -50,23 +39,9 @@ from envckpt.participant.store.manifest import Manifest, records_path
 # enough that memory stays flat however many records there are.
 _CHUNK_BYTES = 1024 * 1024
 
-# The fallback and the NaN check. ensure_ascii: any Python str (even a lone
-# surrogate) round-trips, and a line never contains a raw newline (orjson
-# escapes newlines too). allow_nan=False: NaN and Infinity are not JSON.
-_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-# orjson would write datetimes and dataclasses itself; the standard library
-# refuses them, and a restore could not give them back: refuse them still.
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
-
-# The plain decoder already builds dicts in document order, which is what
-# object_pairs_hook=dict would do, about 25% faster.
-_RECORD_DECODER = json.JSONDecoder(parse_constant=reject_json_constant)
-
-
-def write_records(
-    directory: Path, records: Iterable[Mapping[str, Any]], max_line_bytes: int
-) -> tuple[str, int]:
+def write_records(directory: Path, lines: Iterable[bytes], max_line_bytes: int) -> tuple[str, int]:
+    """Write encoded record ``lines`` (no newlines), hashed as written; return digest, count."""
     digest = hashlib.sha256()
     count = 0
     tmp = temp_path(directory, "records")
@@ -75,8 +50,14 @@ def write_records(
         with open(tmp, "xb", buffering=0) as stream:
             pending: list[bytes] = []
             pending_bytes = 0
-            for record in records:
-                line = _encode_record(record, count, max_line_bytes)
+            for line in lines:
+                # A line the reader would refuse is refused now, not at restore.
+                if len(line) > max_line_bytes:
+                    raise ValueError(
+                        f"record {count} encodes to {len(line)} bytes > {max_line_bytes}"
+                    )
+                if b"\n" in line:
+                    raise ValueError(f"record {count} holds a newline: not one encoded line")
                 pending.append(line)
                 pending_bytes += len(line) + 1
                 count += 1
@@ -97,34 +78,6 @@ def write_records(
     # The records entry must be durable before a manifest can point at it.
     fsync_dir(directory)
     return digest.hexdigest(), count
-
-
-def encode_record(record: Mapping[str, Any]) -> bytes:
-    """One record as a compact JSON line (no newline); ValueError for NaN or Infinity.
-
-    TypeError for what is not JSON, as the standard library says it.
-    """
-    # Both encoders take only real dicts at the top; dict() keeps the key order.
-    plain = record if isinstance(record, dict) else dict(record)
-    try:
-        line = orjson.dumps(plain, option=_ORJSON_OPTIONS)
-    except TypeError:  # orjson.JSONEncodeError: the standard library writes or refuses it
-        return _RECORD_ENCODER.encode(plain).encode("ascii")
-    if b"null" in line:
-        # A real null, or NaN / Infinity that orjson wrote as null: the
-        # standard library raises ValueError for the latter.
-        _RECORD_ENCODER.encode(plain)
-    return line
-
-
-def _encode_record(record: Mapping[str, Any], index: int, max_line_bytes: int) -> bytes:
-    if not isinstance(record, Mapping):
-        raise TypeError(f"record {index} is a {type(record).__name__}, not a mapping")
-    line = encode_record(record)
-    # A line the reader would refuse is refused now rather than discovered at restore.
-    if len(line) > max_line_bytes:
-        raise ValueError(f"record {index} encodes to {len(line)} bytes > {max_line_bytes}")
-    return line
 
 
 def _emit(stream: BinaryIO, digest: Any, lines: list[bytes]) -> None:
@@ -236,7 +189,7 @@ def _scan_sized(
                     f"record count mismatch: manifest says {manifest.record_count}, file has more",
                     path=where,
                 )
-            yield _decode_record(line, count, where), len(line) + 1
+            yield decode_record(line, line_no=count, where=where), len(line) + 1
     if count != manifest.record_count:
         raise CorruptCheckpoint(
             f"record count mismatch: manifest says {manifest.record_count}, file has {count}",
@@ -285,15 +238,3 @@ def _lines(
 
 def _too_long(line_no: int, max_line_bytes: int, where: str) -> CorruptCheckpoint:
     return CorruptCheckpoint(f"line {line_no} longer than {max_line_bytes} bytes", path=where)
-
-
-def _decode_record(line: bytes, line_no: int, where: str) -> dict[str, Any]:
-    try:
-        record = _RECORD_DECODER.decode(line.decode("utf-8"))
-    except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
-        raise CorruptCheckpoint(f"bad JSON on line {line_no}: {exc}", path=where) from exc
-    if type(record) is not dict:
-        raise CorruptCheckpoint(
-            f"line {line_no} is a JSON {type(record).__name__}, not an object", path=where
-        )
-    return record
