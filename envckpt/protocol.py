@@ -18,6 +18,7 @@ below every other layer (docs/engine.md, "Layers").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -262,10 +263,16 @@ def wire_episodes(value: object, *, min_length: int = 0) -> list[EnvironmentEpis
                 f"attempt, got {item!r}"
             )
         try:
-            episodes.append(EnvironmentEpisode(rollout_id, attempt))  # validates the id
+            episodes.append(_episode(rollout_id, attempt))  # validates the id
         except ValueError as error:
             raise ValueError(f"episode {index}: {error}") from None
     return episodes
+
+
+# The same episodes come back in every snapshot: a valid one is made (and its
+# id checked) once and handed out again (episodes are immutable). Invalid
+# ids raise, and lru_cache keeps no failures.
+_episode = functools.lru_cache(maxsize=1 << 16)(EnvironmentEpisode)
 
 
 def _wire_episodes_at_least_one(value: object) -> list[EnvironmentEpisode]:
