@@ -160,17 +160,18 @@ async def install_in_batches(
     """The second pass: install every in-scope state as its next attempt; return those.
 
     Batches are read and validated in a worker thread and installed here, on
-    the event loop. On any failure (``invalid_checkpoint_state`` for a
-    refusal) what was installed so far is retired through the hooks first.
+    the event loop. A refused record or state is ``invalid_checkpoint_state``;
+    an error of ``hooks.install`` goes on as it is. Either way, what was
+    installed so far is retired through the hooks first.
     """
     installed: list[EnvironmentEpisode] = []
     batches = _batches(source, hooks)
     try:
-        while (batch := await _on(source.thread, lambda: next(batches, None))) is not None:
+        while (batch := await _next_batch(source.thread, batches)) is not None:
             # Counted before the call: an install that raises may have kept part of it.
             installed.extend(episode for episode, _ in batch)
             hooks.install(batch)
-    except BaseException as error:
+    except BaseException:
         # Still running in its thread if we were cancelled: it closes its
         # file when it is collected.
         with contextlib.suppress(ValueError):
@@ -180,9 +181,16 @@ async def install_in_batches(
             # closed): freeing them undoes the install.
             with contextlib.suppress(Exception):
                 await hooks.retire(tuple(installed))
-        if isinstance(error, _REFUSALS):
-            raise ParticipantError(ErrorCode.INVALID_CHECKPOINT_STATE, str(error)) from error
         raise
     finally:
         source.thread.shutdown(wait=False)
     return installed
+
+
+async def _next_batch(
+    thread: ThreadPoolExecutor, batches: Generator[RestoreBatch, None, None]
+) -> RestoreBatch | None:
+    try:
+        return await _on(thread, lambda: next(batches, None))
+    except _REFUSALS as error:
+        raise ParticipantError(ErrorCode.INVALID_CHECKPOINT_STATE, str(error)) from error

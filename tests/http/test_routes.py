@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -18,9 +19,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from envckpt.coordination.inprocess import corrupt_records_file
 from envckpt.errors import CoordinationError
+from envckpt.http import routes
 from envckpt.http.routes import MAX_BODY_BYTES, control_router, mount_participant
 from envckpt.participant.hooks import NoState
 from envckpt.participant.store import MANIFEST_NAME, participant_dir
@@ -841,3 +844,72 @@ async def test_a_directory_reused_for_another_checkpoint_is_refused(
     assert await d.phase("agent") == "prepared"
     assert {path.name: path.read_bytes() for path in published.iterdir()} == before
     assert json.loads((published / MANIFEST_NAME).read_text())["checkpoint_id"] == first
+
+
+# ------------------------------------------------ JSON in and out, as the standard library
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"phase": "prepared", "report": {"ready": True, "blockers": [], "counts": {"live": 3}}},
+        {"phase": "committed", "episode_ids": ["é", "r1"], "manifest": {"record_count": 2}},
+        {"checkpoint_id": None, "lease_expires_at": 1.5},
+        {"big": 2**70},
+        {1: "int key"},
+    ],
+)
+def test_replies_are_the_bytes_jsonresponse_sends(content: dict[Any, Any]) -> None:
+    """Same body, status and content type as JSONResponse, whichever encoder wrote it."""
+    reply = routes._reply(409, content)
+    expected = JSONResponse(status_code=409, content=content)
+    assert (reply.body, reply.status_code) == (expected.body, 409)
+    assert reply.headers["content-type"] == "application/json"
+
+
+def test_a_reply_holding_nan_is_refused_as_jsonresponse_refuses_it() -> None:
+    """NaN is not JSON: raising, as before, rather than sending null."""
+    with pytest.raises(ValueError):
+        routes._reply(200, {"lease_expires_at": float("nan")})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"checkpoint_id": "c1", "deadline_ts": 1800000000.25}',
+        b'{"episode_ids": [{"rollout_id": "r1", "attempt": 1180591620717411303424}]}',
+        b'{"n": -9223372036854775809, "m": 18446744073709551616}',
+        '{"a": "é"}'.encode("utf-16"),
+        b'  {"a": [1, 2.5e3, null, true]}  ',
+    ],
+)
+def test_bodies_are_read_as_the_standard_library_reads_them(raw: bytes) -> None:
+    """Values and types equal json.loads's, integers beyond 64 bits and UTF-16 included."""
+    parsed = routes._parse_json(raw)
+    assert parsed == json.loads(raw)
+    assert json.dumps(parsed) == json.dumps(json.loads(raw))
+
+
+def test_without_the_long_number_guard_a_big_integer_would_become_a_float(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guard is what keeps an attempt beyond 64 bits exact: orjson alone reads a float."""
+    raw = b'{"attempt": 1180591620717411303424}'
+    assert routes._parse_json(raw) == {"attempt": 2**70}
+    monkeypatch.setattr(routes, "_LONG_NUMBER", b"never there")
+    assert isinstance(routes._parse_json(raw)["attempt"], float)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"deadline_ts": NaN}', "NaN is not valid JSON"),
+        (b'{"deadline_ts": -Infinity}', "-Infinity is not valid JSON"),
+        (b'{"a": ', "not valid JSON"),
+        (b"   ", "empty"),
+    ],
+)
+def test_bad_bodies_are_refused_with_the_standard_librarys_reason(raw: bytes, message: str) -> None:
+    """What orjson refuses is decided, and explained, by the standard library."""
+    with pytest.raises(routes._BadBody, match=re.escape(message)):
+        routes._parse_json(raw)
