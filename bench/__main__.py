@@ -95,7 +95,7 @@ MODES = {
         store_mb=16,
         store_rounds=5,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=40,
+        logging_rounds=100,
         logging_cycles=3,
         scale=100_000,
     ),
@@ -109,7 +109,7 @@ MODES = {
         store_mb=64,
         store_rounds=9,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=100,
+        logging_rounds=200,
         logging_cycles=3,
         scale=100_000,
     ),
@@ -162,10 +162,14 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             _cpu_lines(cpu)
             ratio = Ratio.of(runs["envckpt"], runs["floor"])
             coordinator = Ratio.of(runs["envckpt"], runs["raw->envckpt"])
+            participants = Ratio.of(runs["raw->envckpt"], runs["floor"])
             all_cpu = Ratio.of(cpu["envckpt total"], cpu["floor total"])
             coordinator_cpu = Ratio.of(cpu["envckpt"], cpu["raw->envckpt"])
             print(f"  pause/floor      {ratio.describe()}")
             print(f"   (all CPU)       {all_cpu.describe()}")
+            # The two halves of pause/floor: envckpt's participants under the
+            # same raw client, and envckpt's coordinator over the raw client.
+            print(f"  participants     {participants.describe()}   (raw->envckpt / floor)")
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
