@@ -5,7 +5,7 @@
     async with snapshotter.snapshot() as result:    # published when entered
         ...                                         # environment still paused
     # environment resumed, dispatch reopened; result.metrics complete
-    result = await snapshotter.take()               # the same with nothing to do while paused
+    result = await snapshotter.take()               # nothing to do while paused: resumes early
 
 Phases, in order, each with its failure rule (what is undone, what the
 caller sees), in the manner of a two-phase commit:
@@ -32,6 +32,17 @@ caller sees), in the manner of a two-phase commit:
    published and the error propagates; ``take`` logs it and returns the
    result (participants resume themselves at lease expiry).
 
+``take`` has nothing to do while the environment is paused, so it resumes
+it early: in phase 3, as soon as the capture is checked against the cut,
+the environment is resumed while the trainer's state is written. The cut
+alone keeps that state consistent (every data-plane and ledger change of a
+resumed rollout waits for the cut to close), and the resume runs beside the
+writing, never holding the cut up. The failure rules stay: a failure of
+phases 3-4 after that point discards ``.tmp/<id>`` as in 2 (the environment
+is resumed already, as an abort would have done); a resume that fails is
+reported after publish, as in 7; a cancellation waits for the resume.
+``snapshot_paused_seconds`` is the environment's pause either way.
+
 Every failure before publish is one ``snapshot_failed`` log event with its
 reason and phase, and counts in ``consecutive_failures`` and
 ``failures_total``; ``env.is_unavailable`` says whether a retry may simply
@@ -44,6 +55,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +110,8 @@ class _Attempt:
     temporary: Path | None = None
     published: SnapshotResult | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    # ``take``'s early resume, once started: it ends with the resume's time.
+    leaving: asyncio.Future[float] | None = None
 
 
 class RolloutSnapshotter:
@@ -147,7 +161,7 @@ class RolloutSnapshotter:
         """Take one snapshot with nothing to do while paused; see phase 7 for resume errors."""
         result: SnapshotResult | None = None
         try:
-            async with self.snapshot(reason=reason) as result:
+            async with self._snapshot(reason=reason, resume_early=True) as result:
                 pass
         except Exception as error:
             if result is None:
@@ -161,30 +175,78 @@ class RolloutSnapshotter:
             )
         return result
 
-    @contextlib.asynccontextmanager
-    async def snapshot(self, *, reason: str = "timer") -> AsyncIterator[SnapshotResult]:
+    def snapshot(self, *, reason: str = "timer") -> AsyncContextManager[SnapshotResult]:
         """Phases 1-7 above. ``reason`` is logged; only timer snapshots warn about pauses."""
+        return self._snapshot(reason=reason, resume_early=False)
+
+    @contextlib.asynccontextmanager
+    async def _snapshot(self, *, reason: str, resume_early: bool) -> AsyncIterator[SnapshotResult]:
         async with self.save_lock:
             attempt = _Attempt(mint_checkpoint_id("rollouts"), paused_at=self.clock.now())
             try:
                 attempt.temporary = self.layout.new_temporary(attempt.checkpoint_id)
                 attempt.phase = "pause"
                 with self.dispatch.closed():
-                    async with self.env.snapshot(attempt.temporary) as env_snapshot:
-                        await self._save_under_cut(attempt, env_snapshot)
-                        result = await self._publish(attempt, env_snapshot)
+                    if resume_early:
+                        result, env_snapshot = await self._take_resuming_early(attempt)
                         yield result
-                    self._resumed(attempt, result, env_snapshot, reason=reason)
+                        assert attempt.leaving is not None
+                        # The resume's error, if it failed, goes on after the block (as 7).
+                        resumed_at = await _outcome_of(attempt.leaving)
+                        self._resumed(attempt, result, env_snapshot, reason=reason, at=resumed_at)
+                    else:
+                        async with self.env.snapshot(attempt.temporary) as env_snapshot:
+                            await self._save_under_cut(attempt, env_snapshot)
+                            result = await self._publish(attempt, env_snapshot)
+                            yield result
+                        self._resumed(attempt, result, env_snapshot, reason=reason)
             except BaseException as error:
                 self._failed(attempt, error)
                 raise
 
+    async def _take_resuming_early(
+        self, attempt: _Attempt
+    ) -> tuple[SnapshotResult, EnvironmentSnapshot | None]:
+        """Phases 2-5 with the environment resumed once its capture is checked (module doc).
+
+        Returns the published snapshot; ``attempt.leaving`` is the resume.
+        """
+        assert attempt.temporary is not None
+        context = self.env.snapshot(attempt.temporary)
+        env_snapshot = await context.__aenter__()
+
+        async def leave() -> float:
+            await context.__aexit__(None, None, None)
+            return self.clock.now()
+
+        try:
+            await self._save_under_cut(
+                attempt, env_snapshot, leave=lambda: asyncio.ensure_future(leave())
+            )
+            result = await self._publish(attempt, env_snapshot)
+        except BaseException as error:
+            if attempt.leaving is None:
+                # Still paused: leaving with the error aborts the checkpoint (as 2).
+                await context.__aexit__(type(error), error, error.__traceback__)
+            else:
+                await _outcome_of(attempt.leaving, log_failure=True)
+            raise
+        return result, env_snapshot
+
     # ---- phases ---------------------------------------------------------------
 
     async def _save_under_cut(
-        self, attempt: _Attempt, env_snapshot: EnvironmentSnapshot | None
+        self,
+        attempt: _Attempt,
+        env_snapshot: EnvironmentSnapshot | None,
+        *,
+        leave: Callable[[], asyncio.Future[float]] | None = None,
     ) -> None:
-        """Phase 3: check the environment's capture and write the trainer state, one cut."""
+        """Phase 3: check the environment's capture and write the trainer state, one cut.
+
+        ``leave`` (``take``'s early resume) starts resuming the environment
+        once the capture is checked; it runs beside the writing.
+        """
         attempt.phase = "save"
         env_done = self.clock.now()
         crashpoint("snapshot.after_commit")
@@ -193,6 +255,9 @@ class RolloutSnapshotter:
             cut_entered = self.clock.now()
             if env_snapshot is not None:
                 await env_snapshot.check_against_cut(cut)
+            if leave is not None:
+                # Started, not awaited: the cut is never held up by a remote call.
+                attempt.leaving = leave()
             written = await self._save_trainer_state(cut, attempt.temporary)
             crashpoint("snapshot.under_cut")
         attempt.metrics.update(
@@ -270,9 +335,10 @@ class RolloutSnapshotter:
         env_snapshot: EnvironmentSnapshot | None,
         *,
         reason: str,
+        at: float | None = None,
     ) -> None:
-        """Phase 7 done: the pause is complete; record it."""
-        resumed_at = self.clock.now()
+        """Phase 7 done (``at``, if the environment resumed earlier): record the pause."""
+        resumed_at = self.clock.now() if at is None else at
         paused = resumed_at - attempt.paused_at
         result.metrics["snapshot_paused_seconds"] = paused
         if env_snapshot is not None:
@@ -332,6 +398,29 @@ class RolloutSnapshotter:
                 paused_seconds=round(paused, 3),
                 running_seconds=round(running, 3),
             )
+
+
+async def _outcome_of(leaving: asyncio.Future[float], *, log_failure: bool = False) -> float:
+    """When the early resume ended; its error, unless ``log_failure`` (a failure is
+    raised already). Waits for it through cancellations, then lets them go on."""
+    cancelled = False
+    while not leaving.done():
+        try:
+            await asyncio.wait({leaving})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not leaving.cancelled():
+            leaving.exception()  # retrieved: the cancellation goes on
+        raise asyncio.CancelledError
+    if log_failure:
+        if not leaving.cancelled() and leaving.exception() is not None:
+            _log.warning(
+                "resuming the environment failed; participants resume at lease expiry",
+                error=f"{type(leaving.exception()).__name__}: {leaving.exception()}",
+            )
+        return 0.0
+    return leaving.result()
 
 
 def _exported(env_snapshot: object) -> int:
