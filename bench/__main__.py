@@ -95,7 +95,7 @@ MODES = {
         store_mb=16,
         store_rounds=5,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=40,
+        logging_rounds=100,
         logging_cycles=3,
         scale=100_000,
     ),
@@ -109,7 +109,7 @@ MODES = {
         store_mb=64,
         store_rounds=9,
         restore_mb=((20, 20), (200, 200)),
-        logging_rounds=100,
+        logging_rounds=200,
         logging_cycles=3,
         scale=100_000,
     ),
@@ -162,10 +162,14 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             _cpu_lines(cpu)
             ratio = Ratio.of(runs["envckpt"], runs["floor"])
             coordinator = Ratio.of(runs["envckpt"], runs["raw->envckpt"])
+            participants = Ratio.of(runs["raw->envckpt"], runs["floor"])
             all_cpu = Ratio.of(cpu["envckpt total"], cpu["floor total"])
             coordinator_cpu = Ratio.of(cpu["envckpt"], cpu["raw->envckpt"])
             print(f"  pause/floor      {ratio.describe()}")
             print(f"   (all CPU)       {all_cpu.describe()}")
+            # The two halves of pause/floor: envckpt's participants under the
+            # same raw client, and envckpt's coordinator over the raw client.
+            print(f"  participants     {participants.describe()}   (raw->envckpt / floor)")
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
@@ -218,16 +222,29 @@ def _restore(settings: Settings, workdir: Path, figures: dict[str, float]) -> No
     from bench import restore_memory
 
     _section("ParticipantCore.restore peak memory (fresh process each; hooks keep nothing)")
-    for nominal, size_mb in settings.restore_mb:
-        result = restore_memory.measure(workdir, size_mb=size_mb)
+
+    def show(result: dict[str, Any], note: str = "") -> None:
+        traced = result["tracemalloc_mib"]
         print(
             f"  {result['file_mb']:6.1f} MB file, {result['records']} records: "
-            f"peak RSS +{result['rss_mib']:.1f} MiB, tracemalloc peak "
-            f"{result['tracemalloc_mib']:.1f} MiB, {result['seconds']:.2f} s"
-            + ("" if result["peak_reset"] else " (VmHWM could not be reset)"),
+            f"peak RSS +{result['rss_mib']:.1f} MiB"
+            + ("" if traced != traced else f", tracemalloc peak {traced:.1f} MiB")
+            + f", {result['seconds']:.2f} s"
+            + ("" if result["peak_reset"] else " (VmHWM could not be reset)")
+            + note,
             flush=True,
         )
+
+    for nominal, size_mb in settings.restore_mb:
+        result = restore_memory.measure(workdir, size_mb=size_mb)
+        show(result)
         figures[f"restore_peak_mib_{nominal}mb"] = result["rss_mib"]
+    # The largest size again in as many records as the smallest: what grows
+    # with the records' bytes, apart from what grows with their number.
+    (_, few_mb), (_, many_mb) = settings.restore_mb[0], settings.restore_mb[-1]
+    state_bytes = int(restore_memory.STATE_BYTES * many_mb / few_mb)
+    result = restore_memory.measure(workdir, size_mb=many_mb, state_bytes=state_bytes, traced=False)
+    show(result, f"  ({state_bytes // 1000} KB states: bytes, not records)")
 
 
 def _logging(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
@@ -253,9 +270,12 @@ def _scale(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
     from bench import scale
 
     _section(f"{settings.scale} instances in process: build facade + adapters, then discover")
-    result = scale.run(settings.scale)
-    print(f"  register         {result['register_seconds']:.3f} s")
-    print(f"  discover         {result['discover_seconds']:.2f} s", flush=True)
+    bare = scale.run(settings.scale, freeze=False)
+    print(f"  register         {bare['register_seconds']:.3f} s   (no gc.freeze)")
+    print(f"  discover         {bare['discover_seconds']:.2f} s   (no gc.freeze)", flush=True)
+    result = scale.run(settings.scale, freeze=True)
+    print(f"  register         {result['register_seconds']:.3f} s   (gc.freeze, the guidance)")
+    print(f"  discover         {result['discover_seconds']:.2f} s   (gc.freeze, the guidance)")
     figures["register_100k_seconds"] = result["register_seconds"]
     figures["discover_100k_seconds"] = result["discover_seconds"]
     count = settings.scale // 10

@@ -7,7 +7,8 @@ fires and logs). Checkpoints go to tmpfs (``/dev/shm`` when there is one),
 so disk flushes do not drown what is measured. Three variants, interleaved,
 each run being ``cycles`` cycles:
 
-* ``on``: structlog at INFO, JSON lines to a file, as a deployment logs;
+* ``on``: INFO, JSON lines to a file, with envckpt's own recipe
+  (``logs.configure(json=True, level="info")``), as a deployment logs;
 * ``off``: structlog filtered at WARNING, how logging is turned off;
 * ``absent``: the binding's logger replaced by one whose methods do nothing
   (no structlog at all), to show what a filtered call still costs.
@@ -36,6 +37,7 @@ import structlog
 from bench.envckpt_app import envckpt_core
 from bench.states import parked_states, rollout_ids
 from bench.stats import interleave_async
+from envckpt import logs
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.episodes import EnvironmentEpisode
@@ -64,15 +66,7 @@ def _logging(variant: str, log_path: Path) -> Iterator[None]:
     saved_config, saved_logger = structlog.get_config(), binding._LOG
     with open(log_path, "a") as sink:
         if variant in ("on", "events"):
-            structlog.configure(
-                processors=[
-                    structlog.processors.add_log_level,
-                    structlog.processors.TimeStamper(fmt="iso"),
-                    structlog.processors.JSONRenderer(),
-                ],
-                wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-                logger_factory=structlog.WriteLoggerFactory(file=sink),
-            )
+            logs.configure(json=True, level="info", stream=sink)
         else:
             structlog.configure(
                 wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)

@@ -12,7 +12,14 @@ heap:
    in MiB, which is the figure reported; and, in another fresh interpreter,
    the ``tracemalloc`` peak of the same call.
 
+The restore streams: its memory does not grow with the file's bytes, only
+with the number of episodes it restores (the reply lists each one, the
+attempt fence keeps each one, about 250 bytes apiece). ``state_bytes``
+tells the two apart: 200 MB in 5,000 records of 40 KB costs what 20 MB in
+5,000 records of 4 KB costs.
+
     figures = measure(workdir, size_mb=200)     # {"rss_mib", "tracemalloc_mib", "seconds", ...}
+    figures = measure(workdir, size_mb=200, state_bytes=40_000, traced=False)
 """
 
 from __future__ import annotations
@@ -55,13 +62,13 @@ def _reset_peak() -> bool:
 SCOPE_FILE = "scope.json"
 
 
-async def _make(checkpoint_dir: Path, size_mb: float) -> dict[str, Any]:
+async def _make(checkpoint_dir: Path, size_mb: float, state_bytes: int) -> dict[str, Any]:
     from bench.envckpt_app import envckpt_core
     from bench.states import parked_states
     from envckpt.episodes import EnvironmentEpisode
 
-    count = max(1, int(size_mb * 1_000_000 / STATE_BYTES))
-    states = parked_states(count, state_bytes=STATE_BYTES)
+    count = max(1, int(size_mb * 1_000_000 / state_bytes))
+    states = parked_states(count, state_bytes=state_bytes)
     core = envckpt_core(server_name=SERVER, kind=KIND, states=states)
     deadline = time.time() + 600
     await core.prepare(CHECKPOINT_ID, deadline_ts=deadline)
@@ -120,13 +127,19 @@ def _child(*args: str) -> dict[str, Any]:
     return figures
 
 
-def measure(workdir: Path, *, size_mb: float) -> dict[str, Any]:
-    """Make a checkpoint of ``size_mb`` MB, then restore it twice (RSS, tracemalloc)."""
-    checkpoint_dir = workdir / f"restore-{size_mb:g}mb"
-    made = _child("make", str(checkpoint_dir), str(size_mb))
+def measure(
+    workdir: Path, *, size_mb: float, state_bytes: int = STATE_BYTES, traced: bool = True
+) -> dict[str, Any]:
+    """Make a checkpoint of ``size_mb`` MB, then restore it (RSS; tracemalloc if ``traced``)."""
+    checkpoint_dir = workdir / f"restore-{size_mb:g}mb-{state_bytes}"
+    made = _child("make", str(checkpoint_dir), str(size_mb), "--state-bytes", str(state_bytes))
     untraced = _child("restore", str(checkpoint_dir))
-    traced = _child("restore", str(checkpoint_dir), "--traced")
-    return {**made, **untraced, "tracemalloc_mib": traced["tracemalloc_mib"]}
+    figures = {**made, **untraced, "tracemalloc_mib": float("nan")}
+    if traced:
+        figures["tracemalloc_mib"] = _child("restore", str(checkpoint_dir), "--traced")[
+            "tracemalloc_mib"
+        ]
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint_dir", type=Path)
     parser.add_argument("size_mb", type=float, nargs="?", default=20.0)
     parser.add_argument("--traced", action="store_true")
+    parser.add_argument("--state-bytes", type=int, default=STATE_BYTES)
     args = parser.parse_args(argv)
     if args.step == "make":
-        figures = asyncio.run(_make(args.checkpoint_dir, args.size_mb))
+        figures = asyncio.run(_make(args.checkpoint_dir, args.size_mb, args.state_bytes))
     else:
         figures = asyncio.run(_restore(args.checkpoint_dir, args.traced))
     print(json.dumps(figures))

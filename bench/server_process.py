@@ -77,21 +77,16 @@ def _app(variant: str, name: str, kind: str, token: str, states: dict[str, Any])
 
 
 def _configure_logging(log_file: Path | None) -> None:
-    """envckpt's transition log at INFO as JSON lines to a file, as a deployment would."""
-    import structlog
-
+    """envckpt's transition log at INFO as JSON lines to a file, as a deployment would:
+    with envckpt's own recipe, ``logs.configure``."""
     if log_file is None:
+        import structlog
+
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
         return
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.WriteLoggerFactory(file=log_file.open("a")),
-    )
+    from envckpt import logs
+
+    logs.configure(json=True, level="info", path=log_file)
 
 
 async def serve(args: argparse.Namespace) -> None:

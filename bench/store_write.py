@@ -1,12 +1,14 @@
 """Records write throughput: envckpt's store against orjson + write + fsync.
 
-Both variants write the same records (``{"capture_key", "state"}`` per
-parked episode, as a commit does) to a fresh directory on the same disk:
+Both variants write the same records (Gym's envelope, ``{"episode_id":
+{...}, ...state}`` per parked episode, as a commit does) to a fresh
+directory on the same disk:
 
-* ``store``: ``envckpt.participant.store.write_checkpoint`` (encode, hash,
-  temp file, fsync, rename, manifest, directory fsyncs);
+* ``store``: what a participant's commit does: ``store.envelope_line`` per
+  episode (orjson, NaN refused) into ``write_checkpoint`` (hash, temp file,
+  fsync, rename, manifest, directory fsyncs);
 * ``raw``: the fastest encoder installed (orjson), one line per record,
-  one write, one fsync: no digest, no manifest, no rename.
+  one write, one fsync: no NaN check, no digest, no manifest, no rename.
 
 Runs alternate, each after the previous output is deleted and the disk
 synced. ``store_over_raw`` = raw seconds / store seconds (a throughput ratio,
@@ -28,34 +30,43 @@ import orjson
 
 from bench.states import parked_states
 from bench.stats import interleave
-from envckpt.participant.store import write_checkpoint
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.participant.store import envelope_line, write_checkpoint
 
 STATE_BYTES = 4000
+Exported = list[tuple[EnvironmentEpisode, dict[str, Any]]]
 
 
-def records_of(size_mb: float) -> list[dict[str, Any]]:
-    """Commit-shaped records of about ``size_mb`` MB of JSON in all."""
+def records_of(size_mb: float) -> Exported:
+    """Exported (episode, state) pairs of about ``size_mb`` MB of JSON in all."""
     count = max(1, int(size_mb * 1_000_000 / STATE_BYTES))
     states = parked_states(count, state_bytes=STATE_BYTES)
-    return [{"capture_key": key, "state": state} for key, state in states.items()]
+    return [(EnvironmentEpisode(key, 0), state) for key, state in states.items()]
 
 
-def store_write(directory: Path, records: list[dict[str, Any]]) -> None:
-    """A commit's write through envckpt's store."""
+def store_write(directory: Path, exported: Exported) -> None:
+    """A commit's write through envckpt's store, as the participant core makes it."""
     write_checkpoint(
         directory,
         kind="agent",
         instance="bench",
         checkpoint_id=f"bench-{uuid.uuid4().hex[:8]}",
-        records=records,
-        extras={"episode_ids": [record["capture_key"] for record in records]},
+        lines=(envelope_line(episode, state) for episode, state in exported),
     )
 
 
-def raw_write(directory: Path, records: list[dict[str, Any]]) -> None:
+def raw_write(directory: Path, exported: Exported) -> None:
     """The same records encoded with orjson, written once and fsynced."""
     directory.mkdir(parents=True)
-    data = b"\n".join([orjson.dumps(record) for record in records]) + b"\n"
+    data = (
+        b"\n".join(
+            [
+                orjson.dumps({"episode_id": episode.to_wire(), **state})
+                for episode, state in exported
+            ]
+        )
+        + b"\n"
+    )
     with open(directory / "records.jsonl", "xb", buffering=0) as stream:
         view = memoryview(data)
         while view:
@@ -66,7 +77,7 @@ def raw_write(directory: Path, records: list[dict[str, Any]]) -> None:
 def measure(workdir: Path, *, size_mb: float, rounds: int) -> tuple[dict[str, list[float]], float]:
     """Interleaved seconds per write of each variant, and the megabytes each writes."""
     records = records_of(size_mb)
-    megabytes = sum(len(orjson.dumps(record)) + 1 for record in records) / 1_000_000
+    megabytes = sum(len(envelope_line(e, s)) + 1 for e, s in records) / 1_000_000
 
     def timed(write: Any) -> float:
         shutil.rmtree(workdir / "out", ignore_errors=True)

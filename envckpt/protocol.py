@@ -18,6 +18,7 @@ below every other layer (docs/engine.md, "Layers").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
@@ -27,6 +28,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -243,7 +245,56 @@ class WireEpisode(BaseModel):
         return EnvironmentEpisode(self.rollout_id, self.attempt)
 
 
-Episodes = Annotated[list[WireEpisode], Field(max_length=MAX_EPISODES_PER_REQUEST)]
+def wire_episodes(value: object, *, min_length: int = 0) -> list[EnvironmentEpisode]:
+    """A JSON list of ``{"rollout_id": str, "attempt": int}`` as episodes, in one pass.
+
+    Accepts exactly what a list of ``WireEpisode`` accepts (both keys and no
+    other, a valid rollout id, an int attempt that is not negative and not a
+    bool), at most ``MAX_EPISODES_PER_REQUEST``, checking each once and
+    building no model per episode: a commit names every episode it saves.
+    Raises ValueError naming the first bad episode.
+    """
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"expected a list of episodes, got {type(value).__name__}")
+    if not min_length <= len(value) <= MAX_EPISODES_PER_REQUEST:
+        raise ValueError(
+            f"expected {min_length} to {MAX_EPISODES_PER_REQUEST} episodes, got {len(value)}"
+        )
+    episodes: list[EnvironmentEpisode] = []
+    for index, item in enumerate(value):
+        if isinstance(item, EnvironmentEpisode):
+            episodes.append(item)
+            continue
+        if isinstance(item, WireEpisode):
+            episodes.append(item.episode())
+            continue
+        if not isinstance(item, Mapping) or len(item) != 2:
+            raise ValueError(f"episode {index}: expected {{rollout_id, attempt}}, got {item!r}")
+        rollout_id, attempt = item.get("rollout_id"), item.get("attempt")
+        if type(rollout_id) is not str or type(attempt) is not int or attempt < 0:
+            raise ValueError(
+                f"episode {index}: expected a string rollout_id and a non-negative int "
+                f"attempt, got {item!r}"
+            )
+        try:
+            episodes.append(_episode(rollout_id, attempt))  # validates the id
+        except ValueError as error:
+            raise ValueError(f"episode {index}: {error}") from None
+    return episodes
+
+
+# The same episodes come back in every snapshot: a valid one is made (and its
+# id checked) once and handed out again (episodes are immutable). Invalid
+# ids raise, and lru_cache keeps no failures.
+_episode = functools.lru_cache(maxsize=1 << 16)(EnvironmentEpisode)
+
+
+def _wire_episodes_at_least_one(value: object) -> list[EnvironmentEpisode]:
+    return wire_episodes(value, min_length=1)
+
+
+# Episodes on the wire, validated into ``EnvironmentEpisode`` in one pass.
+Episodes = Annotated[list[EnvironmentEpisode], PlainValidator(wire_episodes)]
 CheckpointDir = Annotated[StrictStr, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
 
 
@@ -292,9 +343,7 @@ class RestoreRequest(ControlRequest):
 
 
 class RetireRequest(ControlRequest):
-    episode_ids: Annotated[
-        list[WireEpisode], Field(min_length=1, max_length=MAX_EPISODES_PER_REQUEST)
-    ]
+    episode_ids: Annotated[list[EnvironmentEpisode], PlainValidator(_wire_episodes_at_least_one)]
 
 
 class ForgetRequest(ControlRequest):

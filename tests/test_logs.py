@@ -86,3 +86,52 @@ def test_events_reach_structlog_when_it_is_configured() -> None:
     assert captured == [
         {"event": "x", "checkpoint_id": "c1", "instance_id": "i", "log_level": "warning"}
     ]
+
+
+def test_a_reconfigured_structlog_is_followed(tmp_path: Path) -> None:
+    """Each event goes where structlog is configured at that moment, not where it first went."""
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    run(
+        "from envckpt import logs\n"
+        "log = logs.get_logger('envckpt.transitions')\n"
+        f"logs.configure(json=True, level='info', path={str(first)!r})\n"
+        "log.info('one')\n"
+        f"logs.configure(json=True, level='info', path={str(second)!r})\n"
+        "log.info('two')\n"
+        f"logs.configure(json=True, level='warning', path={str(second)!r})\n"
+        "log.info('filtered')\n"
+    )
+    assert [json.loads(line)["event"] for line in first.read_text().splitlines()] == ["one"]
+    assert [json.loads(line)["event"] for line in second.read_text().splitlines()] == ["two"]
+
+
+def test_is_enabled_for_asks_structlogs_filtering_level() -> None:
+    """Under a filtering logger at WARNING, info is off and warning is on."""
+    saved = structlog.get_config()
+    try:
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(30)  # WARNING
+        )
+        log = logs.get_logger("envckpt.tests.enabled")
+        assert not log.is_enabled_for("info")
+        assert log.is_enabled_for("warning")
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
+        assert log.is_enabled_for("info")
+    finally:
+        structlog.configure(**saved)
+
+
+def test_json_lines_hold_what_orjson_alone_would_refuse(tmp_path: Path) -> None:
+    """Integers beyond 64 bits, non-string keys and other objects are still written as JSON."""
+    path = tmp_path / "events.jsonl"
+    run(
+        "import datetime\n"
+        "from envckpt import logs\n"
+        f"logs.configure(json=True, level='info', path={str(path)!r})\n"
+        "log = logs.get_logger('envckpt.tests')\n"
+        "log.info('big', n=2**70)\n"
+        "log.info('keys', counts={1: 'a'}, when=datetime.date(2026, 1, 2))\n"
+    )
+    big, keys = (json.loads(line) for line in path.read_text().splitlines())
+    assert big["n"] == 2**70
+    assert keys["counts"] == {"1": "a"} and keys["when"] == "2026-01-02"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from envckpt import protocol
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import (
     REQUEST_MODELS,
@@ -52,9 +53,50 @@ def test_a_wire_episode_becomes_an_episode() -> None:
     ],
 )
 def test_bad_wire_episodes_are_refused(body: dict[str, Any]) -> None:
-    """Missing or extra keys, bad attempts and bad rollout ids fail validation."""
+    """Missing or extra keys, bad attempts and bad rollout ids fail validation, both as a
+    WireEpisode and inside every request that lists episodes."""
     with pytest.raises(ValidationError):
         WireEpisode.model_validate(body)
+    for model, extra in ((CommitRequest, {"checkpoint_dir": "/d"}), (RetireRequest, {})):
+        good = {"rollout_id": "ok", "attempt": 0}
+        with pytest.raises(ValidationError, match="episode 1"):
+            model.model_validate({**BASE, **extra, "episode_ids": [good, body]})
+
+
+def test_request_episodes_arrive_as_episodes_in_order() -> None:
+    """episode_ids become EnvironmentEpisode values in the order sent, duplicates kept."""
+    wire = [{"rollout_id": "b", "attempt": 2}, {"rollout_id": "a", "attempt": 0}] * 2
+    request = CommitRequest.model_validate({**BASE, "checkpoint_dir": "/d", "episode_ids": wire})
+    assert request.episode_ids == [EnvironmentEpisode("b", 2), EnvironmentEpisode("a", 0)] * 2
+    assert CommitRequest.model_validate({**BASE, "checkpoint_dir": "/d"}).episode_ids is None
+
+
+def test_the_same_episode_is_one_object() -> None:
+    """A valid episode is made once: every request naming it gets the same immutable value."""
+    one = RestoreRequest.model_validate(
+        {**BASE, "checkpoint_dir": "/d", "episode_ids": [{"rollout_id": "r9", "attempt": 1}]}
+    )
+    two = RetireRequest.model_validate(
+        {**BASE, "episode_ids": [{"rollout_id": "r9", "attempt": 1}]}
+    )
+    assert one.episode_ids[0] is two.episode_ids[0]
+
+
+@pytest.mark.parametrize("value", ["r1", {"rollout_id": "r1"}, 7])
+def test_episode_ids_must_be_a_list(value: object) -> None:
+    """A bare string, object or number where the list goes is refused."""
+    with pytest.raises(ValidationError, match="list of episodes"):
+        CommitRequest.model_validate({**BASE, "checkpoint_dir": "/d", "episode_ids": value})
+
+
+def test_episode_counts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retire needs one episode at least; no list may exceed MAX_EPISODES_PER_REQUEST."""
+    with pytest.raises(ValidationError, match="expected 1 to"):
+        RetireRequest.model_validate({**BASE, "episode_ids": []})
+    monkeypatch.setattr(protocol, "MAX_EPISODES_PER_REQUEST", 2)
+    three = [{"rollout_id": f"r{i}", "attempt": 0} for i in range(3)]
+    with pytest.raises(ValidationError, match="got 3"):
+        CommitRequest.model_validate({**BASE, "checkpoint_dir": "/d", "episode_ids": three})
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ Stateless between calls; every call is safe to retry with the same id.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
@@ -300,22 +300,31 @@ class Coordinator:
         """POST ``operation`` to every member at once (``body``, or ``body(member)``);
         all replies or one error."""
         members = tuple(members)
+        if not members:
+            return {}
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
-        results = await asyncio.gather(
-            *(
-                self._transport.request(
-                    member.server_name,
-                    "POST",
-                    operation,
-                    body_of(member),
-                    timeout=timeout,
-                    connect_tries=CONTROL_CONNECT_TRIES,
-                )
-                for member in members
-            ),
-            return_exceptions=True,
-        )
+
+        def call(member: Member) -> Awaitable[ControlReply]:
+            return self._transport.request(
+                member.server_name,
+                "POST",
+                operation,
+                body_of(member),
+                timeout=timeout,
+                connect_tries=CONTROL_CONNECT_TRIES,
+            )
+
+        results: list[ControlReply | BaseException]
+        if len(members) == 1:
+            # One participant (a prepare or resume stage of one deployment):
+            # awaited in place, as gather would report it, without a task per call.
+            try:
+                results = [await call(members[0])]
+            except Exception as error:
+                results = [error]
+        else:
+            results = await asyncio.gather(*map(call, members), return_exceptions=True)
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
         codes: dict[str, str] = {}

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.participant import edge, store
@@ -77,7 +79,7 @@ class InProcessTransport:
         """The request as the participant's edge sees it: JSON in, through the edge."""
         if self._deliver_to is not None:
             return await self._deliver_to(core, method, route, body)
-        wire_body = None if body is None else json.loads(json.dumps(body))
+        wire_body = None if body is None else through_json(body)
         return await edge.handle(
             core,
             method,
@@ -134,7 +136,26 @@ class InProcessTransport:
             checkpoint_dir = str((body or {})["checkpoint_dir"])
             manifest = store.read_manifest(checkpoint_dir, kind=core.kind, instance=core.instance)
             corrupt_records_file(store.records_path(checkpoint_dir, manifest))
-        return ControlReply(status, json.loads(json.dumps(reply)))
+        return ControlReply(status, through_json(reply))
+
+
+def through_json(value: Any) -> Any:
+    """``value`` after a trip through JSON, exactly as ``json.loads(json.dumps(value))``.
+
+    orjson makes the trip in a third of the time; where its result could
+    differ (NaN, which it writes as null; tuples; what it refuses to write)
+    the result is not equal to ``value``, and the standard library decides.
+    """
+    try:
+        trip = orjson.loads(orjson.dumps(value))
+    except TypeError:
+        trip = _DIFFERS
+    if trip == value:
+        return trip
+    return json.loads(json.dumps(value))
+
+
+_DIFFERS = object()
 
 
 def _still_writing(reply: Mapping[str, Any]) -> bool:

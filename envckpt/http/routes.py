@@ -29,8 +29,9 @@ import os
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from envckpt.errors import ParticipantError
 from envckpt.http.apps import envelope_response
@@ -76,7 +77,24 @@ def _unauthorized(request: Request) -> JSONResponse:
     return _closing(request, _envelope(error))
 
 
-Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
+def _reply(status: int, content: dict[str, Any]) -> Response:
+    """``content`` as JSONResponse would send it, encoded by orjson when that is the same.
+
+    A commit reply lists every exported episode: orjson takes a tenth of the
+    standard library's time. orjson writes NaN as ``null`` and refuses what
+    the standard library may write (integers beyond 64 bits): then, and for
+    any reply holding ``null``, JSONResponse encodes it (and raises for NaN).
+    """
+    try:
+        body = orjson.dumps(content)
+    except TypeError:
+        return JSONResponse(status_code=status, content=content)
+    if b"null" in body:
+        return JSONResponse(status_code=status, content=content)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 def _endpoint(
@@ -84,7 +102,7 @@ def _endpoint(
 ) -> Endpoint:
     max_bytes, within = limits
 
-    async def endpoint(request: Request) -> JSONResponse:
+    async def endpoint(request: Request) -> Response:
         if not edge.authorized(request.headers.get("authorization"), token):
             return _unauthorized(request)
         if request.method != route.method:
@@ -107,7 +125,7 @@ def _endpoint(
             authorization=f"Bearer {_VERIFIED}",
             token=_VERIFIED,
         )
-        return JSONResponse(status_code=status, content=reply)
+        return _reply(status, reply)
 
     endpoint.__name__ = f"checkpoint_{route.value}"
     return endpoint
@@ -143,20 +161,34 @@ def control_router(
             "(where commit and restore may name directories), or unconfined=True"
         )
     router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
+    _add_routes(router, "", core, token, (max_body_bytes, body_read_seconds))
+    return router
+
+
+def _add_routes(
+    target: APIRouter | FastAPI,
+    prefix: str,
+    core: ParticipantCore,
+    token: str,
+    limits: tuple[int, float],
+) -> None:
     for route in ROUTES:
-        router.add_api_route(
-            f"/{route.value}",
-            _endpoint(core, route, token, (max_body_bytes, body_read_seconds)),
+        target.add_api_route(
+            f"{prefix}/{route.value}",
+            _endpoint(core, route, token, limits),
             methods=_METHODS,
             response_class=JSONResponse,
             include_in_schema=False,
         )
     unknown = _unknown_route(token)
     for path in ("", "/{rest:path}"):
-        router.add_api_route(
-            path, unknown, methods=_METHODS, response_class=JSONResponse, include_in_schema=False
+        target.add_api_route(
+            f"{prefix}{path}",
+            unknown,
+            methods=_METHODS,
+            response_class=JSONResponse,
+            include_in_schema=False,
         )
-    return router
 
 
 def confine(
@@ -205,14 +237,17 @@ def mount_participant(
     if lease_check_seconds is not None and lease_check_seconds <= 0:
         raise ValueError("lease_check_seconds must be positive")
     confine(core, checkpoint_root, unconfined=unconfined)
-    router = control_router(
+    # Checked as control_router checks, then added to the app itself: FastAPI
+    # matches an included router's routes through another layer (about 20 us
+    # a call).
+    control_router(
         core,
         token=token,
         max_body_bytes=max_body_bytes,
         body_read_seconds=body_read_seconds,
         unconfined=unconfined,
     )
-    app.include_router(router)
+    _add_routes(app, CHECKPOINT_ROUTE_PREFIX, core, token, (max_body_bytes, body_read_seconds))
     setattr(app.state, _MOUNTED, core.server_name)
     if lease_check_seconds is not None:
         _run_during_lifespan(app, lambda: core.run_lease_watchdog(lease_check_seconds))

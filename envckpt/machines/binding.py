@@ -130,17 +130,18 @@ class BoundMachine(Generic[S]):
             elapsed=round(now - model.entered_at, 6),
         )
         model.entered_at = now
-        _LOG.info(
-            "transition",
-            machine=record.machine,
-            instance_id=record.instance_id,
-            trigger=record.trigger,
-            source=record.source,
-            dest=record.dest,
-            checkpoint_id=record.checkpoint_id,
-            elapsed=record.elapsed,
-            **model.log_fields,
-        )
+        if _LOG.is_enabled_for("info"):  # filtered: the fields are never built
+            _LOG.info(
+                "transition",
+                machine=record.machine,
+                instance_id=record.instance_id,
+                trigger=record.trigger,
+                source=record.source,
+                dest=record.dest,
+                checkpoint_id=record.checkpoint_id,
+                elapsed=record.elapsed,
+                **model.log_fields,
+            )
         return record
 
     def step(self, name: str, state: S, trigger: str) -> S:

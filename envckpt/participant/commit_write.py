@@ -101,10 +101,13 @@ async def export_and_write(
     extras = hooks.commit_extras(exported)
     keys = capture_keys(exported)
     try:
-        # Gym's record envelope; the manifest keeps to Gym's fields.
-        records = [store.to_record(e, s) for e, s in exported_states]
+        # Gym's record envelope; the manifest keeps to Gym's fields. Checked
+        # here, before any file exists; encoded in the writer's thread.
+        for episode, state in exported_states:
+            store.check_envelope(episode, state)
     except ValueError as error:
         raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
+    lines = (store.envelope_line(episode, state) for episode, state in exported_states)
 
     def last_step_before_publish() -> None:
         # Read now, not when the write started: a test may add a crash meanwhile.
@@ -123,7 +126,7 @@ async def export_and_write(
             kind=kind,
             instance=instance,
             checkpoint_id=checkpoint_id,
-            records=records,
+            lines=lines,
             before_publish=last_step_before_publish,
         )
     except _WriteAborted:

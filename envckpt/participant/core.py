@@ -38,7 +38,7 @@ from typing import Any
 
 from envckpt import logs
 from envckpt.clock import Clock, SystemClock
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
@@ -50,7 +50,7 @@ from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
-from envckpt.participant.restore_read import read_in_thread
+from envckpt.participant.restore_read import install_in_batches, verify_in_thread
 from envckpt.protocol import CAPABILITIES, ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
@@ -229,7 +229,7 @@ class ParticipantCore:
         episode_ids: Iterable[EnvironmentEpisode] | None,
         stop: bool = False,
     ) -> dict[str, Any]:
-        scope = None if episode_ids is None else tuple(sorted(set(episode_ids)))
+        scope = None if episode_ids is None else sorted_episodes(episode_ids)
         scope_keys = None if scope is None else tuple(e.capture_key for e in scope)
         args: CommitArgs = (checkpoint_dir, scope_keys, stop)
         async with self._lock:
@@ -319,7 +319,7 @@ class ParticipantCore:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             rules.check_restorable(scope, self.hooks.live_episodes() | self.fence.in_flight())
-            source, plans = await read_in_thread(
+            source = await verify_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
                 kind=self.kind,
@@ -341,19 +341,19 @@ class ParticipantCore:
                     await work.stop_retired(
                         self.hooks, self.fence, self.clock, self._changed, held, deadline_ts
                     )
-                self.hooks.install(plans)
+                installed = await install_in_batches(source, self.hooks)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await self.hooks.open_admission()  # phase and admission agree
                 raise
-            self.fence.installed((episode for episode, _ in plans), scope)
+            self.fence.installed(installed, scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
             self.served_traffic = True  # installed state counts as traffic (status)
             reply = {
                 "phase": Phase.RESTORED,
                 "checkpoint_id": checkpoint_id,
-                "source_checkpoint_id": source,
-                "restored": capture_keys(episode for episode, _ in plans),
+                "source_checkpoint_id": source.checkpoint_id,
+                "restored": capture_keys(installed),
             }
             self._open = OpenCheckpoint(checkpoint_id, restore=(args, reply))
             self._arm_lease(deadline_ts)

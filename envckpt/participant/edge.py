@@ -115,12 +115,11 @@ def check_bounds(core: ParticipantCore, request: ControlRequest) -> None:
 async def _call(core: ParticipantCore, route: str, request: ControlRequest) -> dict[str, Any]:
     cid, deadline_ts = request.checkpoint_id, request.deadline_ts
     if isinstance(request, CommitRequest):
-        scope = None if request.episode_ids is None else [e.episode() for e in request.episode_ids]
         return await core.commit(
             cid,
             deadline_ts=deadline_ts,
             checkpoint_dir=request.checkpoint_dir,
-            episode_ids=scope,
+            episode_ids=request.episode_ids,
             stop=request.stop,
         )
     if isinstance(request, RestoreRequest):
@@ -128,12 +127,10 @@ async def _call(core: ParticipantCore, route: str, request: ControlRequest) -> d
             cid,
             deadline_ts=deadline_ts,
             checkpoint_dir=request.checkpoint_dir,
-            episode_ids=[e.episode() for e in request.episode_ids],
+            episode_ids=request.episode_ids,
         )
     if isinstance(request, RetireRequest):
-        return await core.retire(
-            cid, deadline_ts=deadline_ts, episode_ids=[e.episode() for e in request.episode_ids]
-        )
+        return await core.retire(cid, deadline_ts=deadline_ts, episode_ids=request.episode_ids)
     if isinstance(request, ForgetRequest):
         return await core.forget(cid, deadline_ts=deadline_ts, rollout_ids=request.rollout_ids)
     if route == "prepare":

@@ -31,12 +31,23 @@ from typing import Any
 from envckpt import checksummed
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import atomic_write_bytes
-from envckpt.ids import validate_checkpoint_id
+from envckpt.ids import mint_checkpoint_id, validate_checkpoint_id
 
 MANIFEST_NAME = "MANIFEST.json"
 MANIFEST_KIND = "envckpt.rollout_snapshot"
 # 2: the manifest carries its own checksum (1 had none). 3: step, policy_version.
 SCHEMA_VERSION = 3
+# A step is written with this many digits in the snapshot id, so ids sort by step.
+STEP_DIGITS = 10
+
+
+def snapshot_id(step: int | None) -> str:
+    """A fresh snapshot id: ``rollouts-step0000000120-<hex>``, or ``rollouts-<hex>`` without."""
+    if step is None:
+        return mint_checkpoint_id("rollouts")
+    return mint_checkpoint_id(f"rollouts-step{step:0{STEP_DIGITS}d}")
+
+
 _FIELDS_V2 = ("checkpoint_id", "created_at", "files", "metrics")
 _FIELDS = {2: _FIELDS_V2, SCHEMA_VERSION: (*_FIELDS_V2, "step", "policy_version")}
 _HASH_CHUNK = 1024 * 1024

@@ -6,7 +6,7 @@
     async with snapshotter.snapshot() as result:    # published when entered
         ...                                         # environment still paused
     # environment resumed, dispatch reopened; result.metrics complete
-    result = await snapshotter.take(step=121)       # the same with nothing to do while paused
+    result = await snapshotter.take(step=121)       # nothing to do while paused: resumes early
 
 Every snapshot records the trainer's step and policy version (the ones set,
 or the ones passed to this call) in ``MANIFEST.json``; with a step, the id
@@ -37,6 +37,12 @@ caller sees), in the manner of a two-phase commit:
    published and the error propagates; ``take`` logs it and returns the
    result (participants resume themselves at lease expiry).
 
+``take`` has nothing to do while the environment is paused, so it resumes
+it early, in phase 3, as soon as the capture is checked against the cut
+(``early_resume.py``: why the cut alone keeps the trainer's state
+consistent, and its failure rules). ``snapshot_paused_seconds`` is the
+environment's pause either way.
+
 Every failure before publish is one ``snapshot_failed`` log event with its
 reason and phase, and counts in ``consecutive_failures`` and
 ``failures_total``; ``env.is_unavailable`` says whether a retry may simply
@@ -49,6 +55,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,16 +63,18 @@ from envckpt import logs
 from envckpt.clock import Clock, SystemClock
 from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes
-from envckpt.ids import mint_checkpoint_id, validate_path_component
+from envckpt.ids import validate_path_component
 from envckpt.interfaces import EnvironmentCheckpoint, EnvironmentSnapshot, MutationCut
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
+from envckpt.trainer.early_resume import EarlyResume
 from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR, SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import (
     build_snapshot_manifest,
+    snapshot_id,
     validate_policy_version,
     validate_step,
 )
@@ -81,15 +90,6 @@ __all__ = [
 
 Sidecar = Callable[[MutationCut], bytes]
 _log = logs.get_logger("envckpt.snapshotter")
-# A step is written with this many digits in the snapshot id, so ids sort by step.
-STEP_DIGITS = 10
-
-
-def snapshot_id(step: int | None) -> str:
-    """A fresh snapshot id: ``rollouts-step0000000120-<hex>``, or ``rollouts-<hex>`` without."""
-    if step is None:
-        return mint_checkpoint_id("rollouts")
-    return mint_checkpoint_id(f"rollouts-step{step:0{STEP_DIGITS}d}")
 
 
 @dataclass
@@ -183,8 +183,8 @@ class RolloutSnapshotter:
         """Take one snapshot with nothing to do while paused; see phase 7 for resume errors."""
         result: SnapshotResult | None = None
         try:
-            async with self.snapshot(
-                reason=reason, step=step, policy_version=policy_version
+            async with self._snapshot(
+                reason=reason, step=step, policy_version=policy_version, resume_early=True
             ) as result:
                 pass
         except Exception as error:
@@ -199,18 +199,30 @@ class RolloutSnapshotter:
             )
         return result
 
-    @contextlib.asynccontextmanager
-    async def snapshot(
+    def snapshot(
         self,
         *,
         reason: str = "timer",
         step: int | None = None,
         policy_version: str | None = None,
-    ) -> AsyncIterator[SnapshotResult]:
+    ) -> AsyncContextManager[SnapshotResult]:
         """Phases 1-7 above. ``reason`` is logged; only timer snapshots warn about pauses.
 
         ``step`` and ``policy_version`` override the ones ``set_step`` gave, for this one.
         """
+        return self._snapshot(
+            reason=reason, step=step, policy_version=policy_version, resume_early=False
+        )
+
+    @contextlib.asynccontextmanager
+    async def _snapshot(
+        self,
+        *,
+        reason: str,
+        step: int | None,
+        policy_version: str | None,
+        resume_early: bool,
+    ) -> AsyncIterator[SnapshotResult]:
         step = self.step if step is None else validate_step(step)
         version = (
             self.policy_version
@@ -228,21 +240,50 @@ class RolloutSnapshotter:
                 attempt.temporary = self.layout.new_temporary(attempt.checkpoint_id)
                 attempt.phase = "pause"
                 with self.dispatch.closed():
-                    async with self.env.snapshot(attempt.temporary) as env_snapshot:
-                        await self._save_under_cut(attempt, env_snapshot)
-                        result = await self._publish(attempt, env_snapshot)
+                    if resume_early:
+                        early = EarlyResume(self.env.snapshot(attempt.temporary), self.clock)
+                        result, env_snapshot = await self._take_resuming_early(attempt, early)
                         yield result
-                    self._resumed(attempt, result, env_snapshot, reason=reason)
+                        # The resume's error, if it failed, goes on after the block (as 7).
+                        resumed_at = await early.resumed_at()
+                        self._resumed(attempt, result, env_snapshot, reason=reason, at=resumed_at)
+                    else:
+                        async with self.env.snapshot(attempt.temporary) as env_snapshot:
+                            await self._save_under_cut(attempt, env_snapshot)
+                            result = await self._publish(attempt, env_snapshot)
+                            yield result
+                        self._resumed(attempt, result, env_snapshot, reason=reason)
             except BaseException as error:
                 self._failed(attempt, error)
                 raise
 
+    async def _take_resuming_early(
+        self, attempt: _Attempt, early: EarlyResume
+    ) -> tuple[SnapshotResult, EnvironmentSnapshot | None]:
+        """Phases 2-5 with the environment resumed once its capture is checked."""
+        env_snapshot = await early.enter()
+        try:
+            await self._save_under_cut(attempt, env_snapshot, early=early)
+            result = await self._publish(attempt, env_snapshot)
+        except BaseException as error:
+            await early.fail(error)
+            raise
+        return result, env_snapshot
+
     # ---- phases ---------------------------------------------------------------
 
     async def _save_under_cut(
-        self, attempt: _Attempt, env_snapshot: EnvironmentSnapshot | None
+        self,
+        attempt: _Attempt,
+        env_snapshot: EnvironmentSnapshot | None,
+        *,
+        early: EarlyResume | None = None,
     ) -> None:
-        """Phase 3: check the environment's capture and write the trainer state, one cut."""
+        """Phase 3: check the environment's capture and write the trainer state, one cut.
+
+        ``early`` (``take``'s early resume) starts resuming the environment
+        once the capture is checked; it runs beside the writing.
+        """
         attempt.phase = "save"
         env_done = self.clock.now()
         crashpoint("snapshot.after_commit")
@@ -251,6 +292,9 @@ class RolloutSnapshotter:
             cut_entered = self.clock.now()
             if env_snapshot is not None:
                 await env_snapshot.check_against_cut(cut)
+            if early is not None:
+                # Started, not awaited: the cut is never held up by a remote call.
+                early.start()
             written = await self._save_trainer_state(cut, attempt.temporary)
             crashpoint("snapshot.under_cut")
         attempt.metrics.update(
@@ -335,9 +379,10 @@ class RolloutSnapshotter:
         env_snapshot: EnvironmentSnapshot | None,
         *,
         reason: str,
+        at: float | None = None,
     ) -> None:
-        """Phase 7 done: the pause is complete; record it."""
-        resumed_at = self.clock.now()
+        """Phase 7 done (``at``, if the environment resumed earlier): record the pause."""
+        resumed_at = self.clock.now() if at is None else at
         paused = resumed_at - attempt.paused_at
         result.metrics["snapshot_paused_seconds"] = paused
         if env_snapshot is not None:

@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 
 from envckpt.coordination.inprocess import corrupt_records_file
 from envckpt.errors import CoordinationError
+from envckpt.http import routes
 from envckpt.http.routes import MAX_BODY_BYTES, control_router, mount_participant
 from envckpt.http.serve import serve
 from envckpt.participant.hooks import NoState
@@ -910,3 +912,30 @@ async def test_on_a_host_app_every_answer_under_the_prefix_is_the_envelope(tmp_p
         head = await client.head(f"{prefix}/status", headers=auth)
         assert head.status_code == 405 and head.headers["content-type"] == "application/json"
         assert (await client.get("/elsewhere")).json() == {"detail": "Not Found"}
+
+
+# ------------------------------------------------ JSON in and out, as the standard library
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"phase": "prepared", "report": {"ready": True, "blockers": [], "counts": {"live": 3}}},
+        {"phase": "committed", "episode_ids": ["é", "r1"], "manifest": {"record_count": 2}},
+        {"checkpoint_id": None, "lease_expires_at": 1.5},
+        {"big": 2**70},
+        {1: "int key"},
+    ],
+)
+def test_replies_are_the_bytes_jsonresponse_sends(content: dict[Any, Any]) -> None:
+    """Same body, status and content type as JSONResponse, whichever encoder wrote it."""
+    reply = routes._reply(409, content)
+    expected = JSONResponse(status_code=409, content=content)
+    assert (reply.body, reply.status_code) == (expected.body, 409)
+    assert reply.headers["content-type"] == "application/json"
+
+
+def test_a_reply_holding_nan_is_refused_as_jsonresponse_refuses_it() -> None:
+    """NaN is not JSON: raising, as before, rather than sending null."""
+    with pytest.raises(ValueError):
+        routes._reply(200, {"lease_expires_at": float("nan")})

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
+from envckpt import logs
 from envckpt.errors import IllegalTransition
 from envckpt.machines.binding import BoundMachine, MachineState, TransitionRecord, bind
 from envckpt.machines.table import MachineTable
@@ -157,3 +159,24 @@ def test_fire_restarts_the_elapsed_clock() -> None:
     with capture_logs():
         machine.fire(model, "discover")
     assert model.entered_at >= before
+
+
+def test_a_filtered_transition_builds_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logging filtered above INFO: the transition fires and no event is even built."""
+    built: list[str] = []
+    monkeypatch.setattr(
+        logs.EnvckptLogger, "info", lambda self, event, **fields: built.append(event)
+    )
+    saved = structlog.get_config()
+    try:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+        machine = bind(INSTANCE_LIFECYCLE)
+        model = machine.new("a")
+        machine.fire(model, "discover")
+        assert model.state == "discovered"
+        assert built == []
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
+        machine.fire(machine.new("b"), "discover")
+        assert built == ["transition"]
+    finally:
+        structlog.configure(**saved)

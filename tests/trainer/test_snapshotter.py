@@ -139,7 +139,8 @@ async def test_metrics_report_pause_phases_bytes_and_counts(rig: Rig) -> None:
         assert metrics[name] >= 0.0, name
     paused = metrics["snapshot_paused_seconds"]
     assert metrics["env_paused_seconds"] == paused
-    assert paused >= metrics["snapshot_env_seconds"] + metrics["snapshot_cut_seconds"]
+    # take() resumes early: the pause holds the environment's phases, not the trainer's.
+    assert paused >= metrics["snapshot_env_seconds"]
     assert metrics["snapshot_env_seconds"] >= metrics["env_prepare_seconds"]
     on_disk = sum(
         p.stat().st_size
@@ -321,7 +322,8 @@ async def test_back_to_back_snapshots_warn_about_a_mostly_paused_environment(rig
         await snapshotter.take()  # asked for (SIGUSR1, preemption): no timer to blame
     assert not [e for e in requested if e["event"] == warning]
     with capture_logs() as back_to_back:
-        await snapshotter.take(reason="timer")
+        async with snapshotter.snapshot(reason="timer"):
+            await asyncio.sleep(0.2)  # paused far longer than it ran since the last one
     warned = [e for e in back_to_back if e["event"] == warning]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning"
     assert warned[0]["paused_seconds"] >= warned[0]["running_seconds"]
@@ -409,7 +411,12 @@ async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_runnin
     """Cancelling a snapshot during its resume (as RolloutJob.run does at its end) resumes Gym."""
     started = asyncio.Event()
     snapshotter = snapshotter_over(rig, lambda inner: SlowResume(inner, started))
-    taking = asyncio.create_task(snapshotter.take())
+
+    async def snapshot_and_leave() -> None:
+        async with snapshotter.snapshot():
+            pass
+
+    taking = asyncio.create_task(snapshot_and_leave())
     await started.wait()
     taking.cancel()
     with contextlib.suppress(asyncio.CancelledError):
@@ -417,6 +424,62 @@ async def test_a_snapshot_cancelled_while_resuming_leaves_the_environment_runnin
     assert rig.layout.newest() is not None  # it was published before the cancel
     assert rig.phases() == {"idle"}
     await snapshotter.take()
+
+
+async def test_take_cancelled_while_resuming_early_resumes_and_is_whole_or_absent(
+    rig: Rig,
+) -> None:
+    """take() resumes while it writes the trainer's state: cancelled meanwhile, it waits for
+    the resume, leaves no temporary directory, and Gym runs."""
+    started = asyncio.Event()
+    snapshotter = snapshotter_over(rig, lambda inner: SlowResume(inner, started))
+    taking = asyncio.create_task(snapshotter.take())
+    await started.wait()
+    taking.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await taking
+    assert rig.phases() == {"idle"}
+    assert list(rig.layout.temporary.iterdir()) == []
+    for published in rig.layout.published():
+        verify_snapshot(published)
+    await snapshotter.take()
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["take", "snapshot"])
+async def test_take_resumes_the_environment_while_the_trainer_state_is_written(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, early: bool
+) -> None:
+    """take() resumes Gym once the capture is checked under the cut, so the trainer's own
+    writing is out of the pause; snapshot() keeps Gym paused through its block."""
+    seen: list[set[str]] = []
+    real_copy = rig.plane.snapshot_to
+
+    async def slow_copy(cut: MutationCut, path: Path) -> int:
+        await asyncio.sleep(0.3)  # the resume runs meanwhile
+        return await real_copy(cut, path)
+
+    def sidecar(cut: MutationCut) -> bytes:
+        cut.require_live()  # still under the cut, whatever the environment does
+        seen.append(rig.phases())
+        return b"{}"
+
+    monkeypatch.setattr(rig.plane, "snapshot_to", slow_copy)
+    rig.snapshotter.sidecars["probe"] = sidecar
+    if early:
+        result = await rig.snapshotter.take()
+    else:
+        async with rig.snapshotter.snapshot() as result:
+            pass
+    metrics = result.metrics
+    paused = metrics["snapshot_paused_seconds"]
+    if early:
+        assert seen == [{"idle"}]
+        assert paused < metrics["snapshot_env_seconds"] + metrics["snapshot_cut_seconds"]
+    else:
+        assert seen == [{"committed"}]
+        assert paused >= metrics["snapshot_env_seconds"] + metrics["snapshot_cut_seconds"]
+    verify_snapshot(result.path)
+    assert rig.phases() == {"idle"} and rig.snapshotter.dispatch.is_open
 
 
 async def test_a_temporary_directory_that_cannot_be_made_is_a_logged_failure(rig: Rig) -> None:

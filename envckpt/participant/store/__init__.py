@@ -16,21 +16,24 @@ changes.
 Call order (every function is synchronous; the participant core runs them via
 ``asyncio.to_thread``)::
 
-    # commit
+    # commit: mappings, or lines already encoded (the participant core's way)
     records = (to_record(episode, state) for episode, state in exported)
     manifest = write_checkpoint(checkpoint_dir, kind=..., instance=...,
                                 checkpoint_id=..., records=records)
+    lines = (envelope_line(episode, state) for episode, state in exported)
+    manifest = write_checkpoint(..., lines=lines)
     # restore: validate everything before installing anything
     manifest = read_manifest(checkpoint_dir, kind=..., instance=...,
                              checkpoint_id=expected_id)
-    verify_records(checkpoint_dir, manifest)        # whole file, once
-    for record in iter_records(checkpoint_dir, manifest):
+    identity = verify_records(checkpoint_dir, manifest, visit=check)  # whole file, hashed
+    for record, size in reread_records(checkpoint_dir, manifest, identity):
         episode, state = from_record(record)     # either envelope shape
-        install(episode, state)
+        install(episode, state)                  # in batches (restore_read.py)
 
-The package: ``layout`` (paths and names), ``envelope`` (one record's
-envelope), ``records`` (the records file), ``manifest`` (the manifest), and
-here the write that ties them together. ``extras`` (fields beside the
+The package: ``layout`` (paths and names), ``lines`` (one record's line:
+orjson out, the standard library for the edge cases and in), ``envelope``
+(one record's envelope), ``records`` (the records file), ``manifest`` (the
+manifest), and here the write that ties them together. ``extras`` (fields beside the
 standard ones) are still written and read for callers that want them; the
 participant core writes none, so its manifests carry exactly Gym's fields.
 
@@ -43,13 +46,18 @@ raise ``ValueError`` or ``TypeError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from envckpt.fsutil import fsync_dir
 from envckpt.ids import validate_checkpoint_id
-from envckpt.participant.store.envelope import from_record, to_record
+from envckpt.participant.store.envelope import (
+    check_envelope,
+    envelope_line,
+    from_record,
+    to_record,
+)
 from envckpt.participant.store.layout import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
@@ -62,6 +70,7 @@ from envckpt.participant.store.layout import (
     records_file_name,
     refuse_published,
 )
+from envckpt.participant.store.lines import encode_record
 from envckpt.participant.store.manifest import (
     Manifest,
     canonical_extras,
@@ -69,7 +78,13 @@ from envckpt.participant.store.manifest import (
     read_manifest,
     records_path,
 )
-from envckpt.participant.store.records import iter_records, verify_records, write_records
+from envckpt.participant.store.records import (
+    FileIdentity,
+    iter_records,
+    reread_records,
+    verify_records,
+    write_records,
+)
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -78,13 +93,18 @@ __all__ = [
     "MANIFEST_NAME",
     "SCHEMA_VERSION",
     "STANDARD_FIELDS",
+    "FileIdentity",
     "Manifest",
+    "check_envelope",
+    "encode_record",
+    "envelope_line",
     "from_record",
     "iter_records",
     "participant_dir",
     "read_manifest",
     "records_file_name",
     "records_path",
+    "reread_records",
     "to_record",
     "verify_records",
     "write_checkpoint",
@@ -97,17 +117,22 @@ def write_checkpoint(
     kind: str,
     instance: str,
     checkpoint_id: str,
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, Any]] | None = None,
+    lines: Iterable[bytes] | None = None,
     extras: Mapping[str, Any] | None = None,
     before_publish: Callable[[], None] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Manifest:
     """Write ``records`` and then publish the manifest; return the manifest.
 
-    ``records`` is consumed once, streaming. ``before_publish`` runs after the
-    records file has its final name and before the manifest is linked (a crash
-    hook for tests); if it raises, nothing is published.
+    Either ``records`` (mappings, encoded here) or ``lines`` (records already
+    encoded by ``encode_record`` or ``envelope_line``), consumed once,
+    streaming. ``before_publish`` runs after the records file has its final
+    name and before the manifest is linked (a crash hook for tests); if it
+    raises, nothing is published.
     """
+    if (records is None) == (lines is None):
+        raise TypeError("write_checkpoint takes records or lines, exactly one")
     validate_checkpoint_id(checkpoint_id)
     directory = participant_dir(checkpoint_dir, kind, instance)
     # Checked before any I/O, so bad extras never leave files behind.
@@ -116,7 +141,10 @@ def write_checkpoint(
     manifest_path = directory / MANIFEST_NAME
     refuse_published(manifest_path)
 
-    sha256_hex, record_count = write_records(directory, records, max_line_bytes)
+    if lines is None:
+        assert records is not None
+        lines = _encoded(records)
+    sha256_hex, record_count = write_records(directory, lines, max_line_bytes)
     manifest = Manifest(
         kind=kind,
         instance=instance,
@@ -128,6 +156,13 @@ def write_checkpoint(
     )
     publish_manifest(directory, manifest, before_publish)
     return manifest
+
+
+def _encoded(records: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise TypeError(f"record {index} is a {type(record).__name__}, not a mapping")
+        yield encode_record(record)
 
 
 def _make_dirs(directory: Path) -> None:

@@ -12,6 +12,9 @@ so checkpoints written before the change stay restorable::
 
     record = to_record(episode, state)          # Gym's envelope, for the writer
     episode, state = from_record(record)        # either shape; ValueError if neither
+
+    check_envelope(episode, state)              # what to_record checks, nothing built
+    line = envelope_line(episode, state)        # to_record's line, encoded (no newline)
 """
 
 from __future__ import annotations
@@ -20,25 +23,40 @@ from collections.abc import Mapping
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.participant.store.lines import encode_record
 
 EPISODE_KEY = "episode_id"
 # envckpt's earlier record shape: exactly these two keys.
 LEGACY_KEYS = frozenset({"capture_key", "state"})
 
 
-def to_record(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> dict[str, Any]:
-    """Gym's envelope for ``episode``'s exported ``state`` (a JSON object).
-
-    Raises ValueError if the state is not an object or has its own
-    ``episode_id`` field, which the envelope needs.
-    """
+def check_envelope(episode: EnvironmentEpisode, state: object) -> None:
+    """Raise ValueError if ``state`` is not an object or has its own ``episode_id``
+    field, which the envelope needs."""
     if not isinstance(state, Mapping):
         raise ValueError(f"{episode.capture_key}: exported state is not a JSON object")
     if EPISODE_KEY in state:
         raise ValueError(f"{episode.capture_key}: exported state has a field named {EPISODE_KEY!r}")
+
+
+def to_record(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> dict[str, Any]:
+    """Gym's envelope for ``episode``'s exported ``state`` (a JSON object).
+
+    Raises ValueError as ``check_envelope`` does.
+    """
+    check_envelope(episode, state)
     record: dict[str, Any] = {EPISODE_KEY: episode.to_wire()}
     record.update(state)
     return record
+
+
+def envelope_line(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> bytes:
+    """``to_record(episode, state)`` as its records-file line, for a state already checked.
+
+    The envelope is built in one dict display (the hot path of a commit).
+    """
+    wire = {"rollout_id": episode.rollout_id, "attempt": episode.attempt}
+    return encode_record({EPISODE_KEY: wire, **state})
 
 
 def from_record(record: Mapping[str, Any]) -> tuple[EnvironmentEpisode, dict[str, Any]]:

@@ -1,10 +1,16 @@
 """A participant's ``manifest.json``: what it says, how it is published and read.
 
 The manifest names the records file, its digest and its record count (plus
-extras such as ``episode_ids``). It is written last and is create-only: a
-temp file, fsync, then a hard link to ``manifest.json`` (a link never
-replaces, so of two racing writers exactly one publishes), then the directory
-is fsynced. A directory without a manifest is unpublished and never restorable.
+extras, for callers that pass them; the participant core writes none). It is
+written last and is create-only: a temp file, fsync, then a hard link to
+``manifest.json`` (a link never replaces, so of two racing writers exactly
+one publishes), then the directory is fsynced. A directory without a
+manifest is unpublished and never restorable.
+
+A manifest without extras (every one the core writes) skips checking,
+freezing and thawing them altogether. Its body (sorted keys, two-space
+indent) is then encoded by orjson: for Gym's seven fields, the very bytes the
+standard library writes.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, BinaryIO
+
+import orjson
 
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import fsync_dir
@@ -51,7 +59,14 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+# The extras of a manifest that has none: shared, read-only.
+_NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
+
+
 def canonical_extras(extras: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``extras`` checked (string keys, no standard field, JSON only) and frozen read-only."""
+    if not extras:
+        return _NO_EXTRAS
     for key in extras:
         if not isinstance(key, str):
             raise ValueError(f"manifest extras keys must be strings, got {key!r}")
@@ -81,7 +96,7 @@ class Manifest:
     records_file: str
     records_sha256: str
     record_count: int
-    extras: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    extras: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRAS)
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -106,7 +121,7 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest as plain JSON types, extras merged in."""
-        body: dict[str, Any] = _thaw(self.extras)
+        body: dict[str, Any] = _thaw(self.extras) if self.extras else {}
         body.update(
             schema_version=self.schema_version,
             kind=self.kind,
@@ -133,12 +148,12 @@ def records_path(checkpoint_dir: StrPath, manifest: Manifest) -> Path:
 def publish_manifest(
     directory: Path, manifest: Manifest, before_publish: Callable[[], None] | None
 ) -> None:
-    body = json.dumps(manifest.to_json(), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    body = _encode(manifest)
     manifest_path = directory / MANIFEST_NAME
     tmp = temp_path(directory, "manifest")
     try:
         with open(tmp, "xb") as stream:
-            stream.write(body.encode("ascii"))
+            stream.write(body)
             stream.flush()
             os.fsync(stream.fileno())
         if before_publish is not None:
@@ -155,6 +170,19 @@ def publish_manifest(
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(directory)
+
+
+def _encode(manifest: Manifest) -> bytes:
+    if manifest.extras:
+        # Extras may hold what orjson refuses (integers beyond 64 bits) or
+        # writes differently (non-ASCII): the standard library, as before.
+        text = json.dumps(manifest.to_json(), sort_keys=True, indent=2, allow_nan=False)
+        return (text + "\n").encode("ascii")
+    # Gym's seven fields (strings and ints): the same bytes, a tenth of the time.
+    return orjson.dumps(manifest.to_json(), option=_MANIFEST_OPTIONS)
+
+
+_MANIFEST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
 
 def _discard_losing_records(directory: Path, manifest: Manifest) -> None:
@@ -246,7 +274,7 @@ def _load_manifest_json(path: Path, max_bytes: int) -> dict[str, Any]:
     except OSError as exc:
         raise CorruptCheckpoint(f"cannot open manifest: {exc}", path=where) from exc
     with os.fdopen(fd, "rb") as stream:
-        raw = stream.read(max_bytes + 1)
+        raw = _read_at_most(stream, max_bytes + 1)
     if len(raw) > max_bytes:
         raise CorruptCheckpoint(f"manifest larger than {max_bytes} bytes", path=where)
     try:
@@ -256,3 +284,20 @@ def _load_manifest_json(path: Path, max_bytes: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CorruptCheckpoint("manifest is not a JSON object", path=where)
     return data
+
+
+_READ_CHUNK_BYTES = 64 * 1024
+
+
+def _read_at_most(stream: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes, in chunks: ``read(limit)`` would allocate ``limit`` bytes
+    at once (64 MiB for a manifest of a few hundred bytes)."""
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = stream.read(min(remaining, _READ_CHUNK_BYTES))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)

@@ -3,15 +3,21 @@
 Written under a temporary name, hashed while written, fsynced, then renamed
 to its digest name (``records-<sha256>.jsonl``); record key order is kept.
 Read back as a stream: fixed chunks hashed once, split into lines, every line
-a JSON object, and the count and digest checked at the end.
+a JSON object, and the count and digest checked at the end. A restore reads
+the file twice (``verify_records``, then ``reread_records`` to install), and
+hashes it only the first time: the second read refuses a file that is no
+longer the one verified (device, inode, size, modification and change times).
+
+Lines are encoded and decoded by ``lines`` (orjson writes, the standard
+library decides the edge cases and reads).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,9 +29,9 @@ from envckpt.participant.store.layout import (
     StrPath,
     records_file_name,
     refuse_published,
-    reject_json_constant,
     temp_path,
 )
+from envckpt.participant.store.lines import decode_record
 from envckpt.participant.store.manifest import Manifest, records_path
 
 # Records are hashed and written in chunks of about this size: large enough that
@@ -33,29 +39,25 @@ from envckpt.participant.store.manifest import Manifest, records_path
 # enough that memory stays flat however many records there are.
 _CHUNK_BYTES = 1024 * 1024
 
-# ensure_ascii: any Python str (even a lone surrogate) round-trips, and a line
-# never contains a raw newline. allow_nan=False: NaN and Infinity are not JSON.
-_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
-
-# The plain decoder already builds dicts in document order, which is what
-# object_pairs_hook=dict would do, about 25% faster.
-_RECORD_DECODER = json.JSONDecoder(parse_constant=reject_json_constant)
-
-
-def write_records(
-    directory: Path, records: Iterable[Mapping[str, Any]], max_line_bytes: int
-) -> tuple[str, int]:
+def write_records(directory: Path, lines: Iterable[bytes], max_line_bytes: int) -> tuple[str, int]:
+    """Write encoded record ``lines`` (no newlines), hashed as written; return digest, count."""
     digest = hashlib.sha256()
     count = 0
     tmp = temp_path(directory, "records")
     try:
         # Unbuffered: we hand the file whole chunks, a second buffer would only copy.
         with open(tmp, "xb", buffering=0) as stream:
-            pending: list[str] = []
+            pending: list[bytes] = []
             pending_bytes = 0
-            for record in records:
-                line = _encode_record(record, count, max_line_bytes)
+            for line in lines:
+                # A line the reader would refuse is refused now, not at restore.
+                if len(line) > max_line_bytes:
+                    raise ValueError(
+                        f"record {count} encodes to {len(line)} bytes > {max_line_bytes}"
+                    )
+                if b"\n" in line:
+                    raise ValueError(f"record {count} holds a newline: not one encoded line")
                 pending.append(line)
                 pending_bytes += len(line) + 1
                 count += 1
@@ -78,21 +80,9 @@ def write_records(
     return digest.hexdigest(), count
 
 
-def _encode_record(record: Mapping[str, Any], index: int, max_line_bytes: int) -> str:
-    if not isinstance(record, Mapping):
-        raise TypeError(f"record {index} is a {type(record).__name__}, not a mapping")
-    # json encodes only real dicts; dict() keeps the mapping's key order.
-    line = _RECORD_ENCODER.encode(record if isinstance(record, dict) else dict(record))
-    # ASCII output, so characters are bytes. A line the reader would refuse is
-    # refused now rather than discovered at restore.
-    if len(line) > max_line_bytes:
-        raise ValueError(f"record {index} encodes to {len(line)} bytes > {max_line_bytes}")
-    return line
-
-
-def _emit(stream: BinaryIO, digest: Any, lines: list[str]) -> None:
-    lines.append("")  # join then ends the chunk with a newline
-    chunk = "\n".join(lines).encode("ascii")
+def _emit(stream: BinaryIO, digest: Any, lines: list[bytes]) -> None:
+    lines.append(b"")  # join then ends the chunk with a newline
+    chunk = b"\n".join(lines)
     digest.update(chunk)
     view = memoryview(chunk)
     while view:  # a raw write may be partial
@@ -100,12 +90,42 @@ def _emit(stream: BinaryIO, digest: Any, lines: list[str]) -> None:
         view = view[written:]
 
 
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """Which file was read, and which version of it: one replaced or written since differs."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, fd: int) -> FileIdentity:
+        status = os.fstat(fd)
+        return cls(
+            status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+        )
+
+
 def verify_records(
-    checkpoint_dir: StrPath, manifest: Manifest, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-) -> None:
-    """Read the whole records file once: every line a JSON object, count and digest right."""
-    for _record in iter_records(checkpoint_dir, manifest, max_line_bytes=max_line_bytes):
-        pass
+    checkpoint_dir: StrPath,
+    manifest: Manifest,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    visit: Callable[[dict[str, Any]], None] | None = None,
+) -> FileIdentity:
+    """Read the whole records file once: every line a JSON object, count and digest right.
+
+    ``visit`` sees each record in file order (it may raise to refuse one).
+    Returns the identity of the file read, for ``reread_records``.
+    """
+    path = records_path(checkpoint_dir, manifest)
+    identity: list[FileIdentity] = []
+    for record, _size in _scan_sized(path, manifest, max_line_bytes, hashed=True, opened=identity):
+        if visit is not None:
+            visit(record)
+    return identity[0]
 
 
 def iter_records(
@@ -117,12 +137,38 @@ def iter_records(
     the last record; call ``verify_records`` first before installing anything.
     """
     path = records_path(checkpoint_dir, manifest)
-    return _scan_records(path, manifest, max_line_bytes)
+    sized = _scan_sized(path, manifest, max_line_bytes, hashed=True)
+    return (record for record, _size in sized)
 
 
-def _scan_records(path: Path, manifest: Manifest, max_line_bytes: int) -> Iterator[dict[str, Any]]:
+def reread_records(
+    checkpoint_dir: StrPath,
+    manifest: Manifest,
+    identity: FileIdentity,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> Iterator[tuple[dict[str, Any], int]]:
+    """The records of a file ``verify_records`` read, again, each with its line's size
+    in bytes, without hashing them again.
+
+    Refuses (``CorruptCheckpoint``) a file that is no longer the one verified
+    (replaced, or written since: another identity), before its first record.
+    """
+    path = records_path(checkpoint_dir, manifest)
+    return _scan_sized(path, manifest, max_line_bytes, hashed=False, expect=identity)
+
+
+def _scan_sized(
+    path: Path,
+    manifest: Manifest,
+    max_line_bytes: int,
+    *,
+    hashed: bool,
+    opened: list[FileIdentity] | None = None,
+    expect: FileIdentity | None = None,
+) -> Iterator[tuple[dict[str, Any], int]]:
     where = str(path)
-    digest = hashlib.sha256()
+    digest = hashlib.sha256() if hashed else None
     count = 0
     try:
         stream = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the with below
@@ -131,6 +177,11 @@ def _scan_records(path: Path, manifest: Manifest, max_line_bytes: int) -> Iterat
     except OSError as exc:
         raise CorruptCheckpoint(f"cannot open records file: {exc}", path=where) from exc
     with stream:
+        identity = FileIdentity.of(stream.fileno())
+        if expect is not None and identity != expect:
+            raise CorruptCheckpoint("records file changed since it was verified", path=where)
+        if opened is not None:
+            opened.append(identity)
         for line in _lines(stream, digest, max_line_bytes, where):
             count += 1
             if count > manifest.record_count:
@@ -138,13 +189,13 @@ def _scan_records(path: Path, manifest: Manifest, max_line_bytes: int) -> Iterat
                     f"record count mismatch: manifest says {manifest.record_count}, file has more",
                     path=where,
                 )
-            yield _decode_record(line, count, where)
+            yield decode_record(line, line_no=count, where=where), len(line) + 1
     if count != manifest.record_count:
         raise CorruptCheckpoint(
             f"record count mismatch: manifest says {manifest.record_count}, file has {count}",
             path=where,
         )
-    if digest.hexdigest() != manifest.records_sha256:
+    if digest is not None and digest.hexdigest() != manifest.records_sha256:
         raise CorruptCheckpoint(
             f"records digest mismatch: manifest says {manifest.records_sha256}, "
             f"file hashes to {digest.hexdigest()}",
@@ -152,13 +203,17 @@ def _scan_records(path: Path, manifest: Manifest, max_line_bytes: int) -> Iterat
         )
 
 
-def _lines(stream: BinaryIO, digest: Any, max_line_bytes: int, where: str) -> Iterator[bytes]:
-    # Reads fixed chunks (hashing each once) and splits them into lines; only a
-    # line that spans chunks is buffered, and never beyond max_line_bytes.
+def _lines(
+    stream: BinaryIO, digest: Any | None, max_line_bytes: int, where: str
+) -> Iterator[bytes]:
+    # Reads fixed chunks (hashing each once, if asked) and splits them into
+    # lines; only a line that spans chunks is buffered, and never beyond
+    # max_line_bytes.
     partial = bytearray()
     line_no = 0
     while chunk := stream.read(_CHUNK_BYTES):
-        digest.update(chunk)
+        if digest is not None:
+            digest.update(chunk)
         pieces = chunk.split(b"\n")
         tail = pieces.pop()
         for piece in pieces:
@@ -183,15 +238,3 @@ def _lines(stream: BinaryIO, digest: Any, max_line_bytes: int, where: str) -> It
 
 def _too_long(line_no: int, max_line_bytes: int, where: str) -> CorruptCheckpoint:
     return CorruptCheckpoint(f"line {line_no} longer than {max_line_bytes} bytes", path=where)
-
-
-def _decode_record(line: bytes, line_no: int, where: str) -> dict[str, Any]:
-    try:
-        record = _RECORD_DECODER.decode(line.decode("utf-8"))
-    except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
-        raise CorruptCheckpoint(f"bad JSON on line {line_no}: {exc}", path=where) from exc
-    if type(record) is not dict:
-        raise CorruptCheckpoint(
-            f"line {line_no} is a JSON {type(record).__name__}, not an object", path=where
-        )
-    return record

@@ -86,3 +86,28 @@ def test_a_written_checkpoint_meets_what_gyms_reader_checks(tmp_path: Path) -> N
     assert len(lines) == body["record_count"] == 3
     for i, line in enumerate(lines):
         assert json.loads(line)["episode_id"] == {"rollout_id": f"r{i}", "attempt": i}
+
+
+@pytest.mark.parametrize("state", [{"episode_id": 1, "turn": 2}, [1, 2], "text", None])
+def test_check_envelope_refuses_what_to_record_refuses(state: Any) -> None:
+    """check_envelope raises for exactly the states to_record raises for."""
+    episode = EnvironmentEpisode("r1", 0)
+    with pytest.raises(ValueError):
+        store.check_envelope(episode, state)
+    with pytest.raises(ValueError):
+        to_record(episode, state)
+
+
+@pytest.mark.parametrize(
+    "state", [{}, {"zeta": 1, "alpha": {"b": 1, "a": 2}}, {"text": "é", "none": None, "n": 2**70}]
+)
+def test_envelope_line_is_the_records_line(state: dict[str, Any]) -> None:
+    """envelope_line writes the bytes encode_record writes for to_record's record."""
+    episode = EnvironmentEpisode("r1", 3)
+    assert store.envelope_line(episode, state) == store.encode_record(to_record(episode, state))
+
+
+def test_envelope_line_refuses_nan() -> None:
+    """A NaN in a state is refused on the envelope's fast path too."""
+    with pytest.raises(ValueError):
+        store.envelope_line(EnvironmentEpisode("r1", 0), {"reward": float("nan")})

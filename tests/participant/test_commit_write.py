@@ -1,0 +1,171 @@
+"""Tests for envckpt.participant.commit_write: one commit's export and write, or nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import ParticipantError
+from envckpt.participant import store
+from envckpt.participant.commit_write import CommitWrite, export_and_write
+from envckpt.protocol import Kind
+
+from helpers.participant_doubles import JsonStateHooks, ep
+
+
+class RawStates(JsonStateHooks):
+    """Exports each held state as it is, a list included."""
+
+    def save_state(self, state: Any) -> Any:
+        return state
+
+
+async def _write(
+    hooks: JsonStateHooks,
+    directory: Path,
+    *,
+    scope: tuple[EnvironmentEpisode, ...] | None = None,
+    before_publish: list[Any] | None = None,
+    current: Any = None,
+    aborted: bool = False,
+) -> dict[str, Any]:
+    write = CommitWrite("c1", (str(directory), None, False))
+    write.aborted = aborted
+    write.start(
+        export_and_write(
+            write,
+            hooks=hooks,
+            kind=Kind.AGENT,
+            instance="agent",
+            checkpoint_dir=directory,
+            scope=scope,
+            current=current or (lambda episode: True),
+            before_publish=before_publish or [],
+        )
+    )
+    return await write.task
+
+
+def _manifest_path(directory: Path) -> Path:
+    return store.participant_dir(directory, "agent", "agent") / store.MANIFEST_NAME
+
+
+async def test_the_reply_names_what_was_written(tmp_path: Path) -> None:
+    """Records in Gym's envelope, a published manifest, and a reply naming both."""
+    hooks = JsonStateHooks("agent")
+    hooks.put(ep("r2"), turn=2)
+    hooks.put(ep("r1", 1), turn=5, note="é")
+    reply = await _write(hooks, tmp_path)
+    assert reply["phase"] == "committed"
+    assert reply["episode_ids"] == ["r1-a1", "r2"]
+    assert reply["run_episode_ids"] == ["r1-a1", "r2"]
+    manifest = store.read_manifest(tmp_path, kind="agent", instance="agent", checkpoint_id="c1")
+    assert reply["manifest"] == manifest.to_json()
+    records = list(store.iter_records(tmp_path, manifest))
+    assert sorted(json.dumps(r["episode_id"], sort_keys=True) for r in records) == [
+        '{"attempt": 0, "rollout_id": "r2"}',
+        '{"attempt": 1, "rollout_id": "r1"}',
+    ]
+    assert {"episode_id": {"rollout_id": "r1", "attempt": 1}, "turn": 5, "note": "é"} in records
+
+
+async def test_only_current_attempts_in_scope_are_exported(tmp_path: Path) -> None:
+    """A scope limits the export, and an attempt that may no longer act is left out."""
+    hooks = JsonStateHooks("agent")
+    for name in ("r1", "r2", "r3"):
+        hooks.put(ep(name))
+    reply = await _write(
+        hooks,
+        tmp_path,
+        scope=(ep("r1"), ep("r2")),
+        current=lambda episode: episode != ep("r2"),
+    )
+    assert reply["episode_ids"] == ["r1"]
+
+
+@pytest.mark.parametrize("state", [{"episode_id": "mine", "turn": 1}, ["not", "an", "object"]])
+async def test_a_state_the_envelope_cannot_hold_fails_before_any_file(
+    tmp_path: Path, state: Any
+) -> None:
+    """checkpoint_error, and not even the participant directory is made."""
+    hooks = RawStates("agent")
+    hooks.put(ep("r1"))
+    hooks.states[ep("r2")] = state
+    with pytest.raises(ParticipantError) as caught:
+        await _write(hooks, tmp_path)
+    assert caught.value.code == "checkpoint_error"
+    assert "export failed" in caught.value.detail
+    assert not (tmp_path / "gym").exists()
+
+
+async def test_a_nan_in_a_state_publishes_nothing(tmp_path: Path) -> None:
+    """NaN is refused while the lines are encoded: no manifest, no records file left."""
+    hooks = JsonStateHooks("agent")
+    hooks.put(ep("r1"), reward=float("nan"))
+    with pytest.raises(ValueError):
+        await _write(hooks, tmp_path)
+    directory = store.participant_dir(tmp_path, "agent", "agent")
+    assert list(directory.iterdir()) == []
+
+
+async def test_a_write_stopped_before_its_manifest_is_stale_and_unpublished(
+    tmp_path: Path,
+) -> None:
+    """Aborted before it ran, or while about to publish: stale_checkpoint, no manifest."""
+    hooks = JsonStateHooks("agent")
+    hooks.put(ep("r1"))
+    with pytest.raises(ParticipantError) as caught:
+        await _write(hooks, tmp_path, aborted=True)
+    assert caught.value.code == "stale_checkpoint"
+    assert not (tmp_path / "gym").exists()
+
+    write = CommitWrite("c1", (str(tmp_path), None, False))
+
+    def abort_now() -> None:
+        write.aborted = True
+
+    write.start(
+        export_and_write(
+            write,
+            hooks=hooks,
+            kind=Kind.AGENT,
+            instance="agent",
+            checkpoint_dir=tmp_path,
+            scope=None,
+            current=lambda episode: True,
+            before_publish=[abort_now],
+        )
+    )
+    with pytest.raises(ParticipantError) as caught:
+        await write.task
+    assert caught.value.code == "stale_checkpoint"
+    assert not _manifest_path(tmp_path).exists()
+    assert write.failed()
+
+
+async def test_the_lines_are_encoded_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Encoding happens in the writer's thread, so a large export never blocks the loop."""
+    threads: list[bool] = []
+    real = store.envelope_line
+
+    def spy(episode: EnvironmentEpisode, state: Any) -> bytes:
+        try:
+            asyncio.get_running_loop()
+            threads.append(False)
+        except RuntimeError:
+            threads.append(True)
+        return real(episode, state)
+
+    monkeypatch.setattr(store, "envelope_line", spy)
+    hooks = JsonStateHooks("agent")
+    hooks.put(ep("r1"))
+    hooks.put(ep("r2"))
+    await _write(hooks, tmp_path)
+    assert threads == [True, True]
