@@ -157,6 +157,25 @@ def test_states_are_named_values_outside_the_machines(module: str, path: Path) -
     assert not spelt, f"envckpt.{module} compares state names as strings: {spelt}"
 
 
+TESTS = PACKAGE.parent / "tests"
+# A module's tests live where the module lives: envckpt/a/b.py in tests/a/test_b.py.
+LEAF_MODULES = [(m, p) for m, p in ALL_MODULES if p.name not in ("__init__.py", "__main__.py")]
+
+
+def mirrored_test_path(module: str) -> Path:
+    """tests/<package path>/test_<module>.py for ``envckpt.<module>``."""
+    *packages, name = module.split(".")
+    return TESTS.joinpath(*packages, f"test_{name}.py")
+
+
+
+@pytest.mark.parametrize(("module", "path"), LEAF_MODULES, ids=[m for m, _ in LEAF_MODULES])
+def test_every_module_has_its_own_test_module(module: str, path: Path) -> None:
+    """Tests mirror the packages, so a module's tests are found without searching."""
+    expected = mirrored_test_path(module)
+    assert expected.is_file(), f"envckpt.{module} has no {expected.relative_to(TESTS.parent)}"
+
+
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The checker is not vacuous: a participant module importing the facade is caught."""
     bad = tmp_path / "bad.py"
@@ -179,3 +198,12 @@ def test_the_state_check_sees_a_spelt_state(tmp_path: Path) -> None:
         if text in STATE_NAMES
     ]
     assert found == ["idle"]
+
+
+def test_the_mirror_check_names_the_test_module_a_module_needs() -> None:
+    """The checker is not vacuous: nested modules map to nested test modules."""
+    assert mirrored_test_path("participant.store.records") == (
+        TESTS / "participant" / "store" / "test_records.py"
+    )
+    assert mirrored_test_path("cli") == TESTS / "test_cli.py"
+    assert len(LEAF_MODULES) > 100
