@@ -168,7 +168,6 @@ def mirrored_test_path(module: str) -> Path:
     return TESTS.joinpath(*packages, f"test_{name}.py")
 
 
-
 @pytest.mark.parametrize(("module", "path"), LEAF_MODULES, ids=[m for m, _ in LEAF_MODULES])
 def test_every_module_has_its_own_test_module(module: str, path: Path) -> None:
     """Tests mirror the packages, so a module's tests are found without searching."""
