@@ -276,6 +276,13 @@ def wire_episodes(value: object, *, min_length: int = 0) -> list[EnvironmentEpis
                 f"episode {index}: expected a string rollout_id and a non-negative int "
                 f"attempt, got {item!r}"
             )
+        # The bounds WireEpisode keeps, so both paths refuse the same bodies.
+        if attempt > MAX_ATTEMPT:
+            raise ValueError(f"episode {index}: attempt must be between 0 and {MAX_ATTEMPT}")
+        if len(rollout_id) > MAX_ROLLOUT_ID_LENGTH:
+            raise ValueError(
+                f"episode {index}: rollout_id longer than {MAX_ROLLOUT_ID_LENGTH} characters"
+            )
         try:
             episodes.append(_episode(rollout_id, attempt))  # validates the id
         except ValueError as error:

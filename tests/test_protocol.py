@@ -203,3 +203,25 @@ def test_attempts_and_rollout_ids_are_bounded() -> None:
         ForgetRequest.model_validate(
             {"checkpoint_id": "c", "deadline_ts": 1.0, "rollout_ids": ["r" * 201]}
         )
+
+
+@pytest.mark.parametrize("model", ["CommitRequest", "RestoreRequest", "RetireRequest"])
+def test_episode_lists_keep_the_wire_episodes_bounds(model: str) -> None:
+    """The one-pass episode lists refuse what WireEpisode refuses, and accept its limits."""
+    from pydantic import ValidationError
+
+    from envckpt import protocol
+
+    request = getattr(protocol, model)
+    base = {"checkpoint_id": "c", "deadline_ts": 1.0}
+    if model != "RetireRequest":
+        base["checkpoint_dir"] = "/ckpt"
+    edge = {"rollout_id": "r" * protocol.MAX_ROLLOUT_ID_LENGTH, "attempt": protocol.MAX_ATTEMPT}
+    [episode] = request.model_validate({**base, "episode_ids": [edge]}).episode_ids
+    assert episode.attempt == protocol.MAX_ATTEMPT
+    for bad, reason in (
+        ({"rollout_id": "r", "attempt": protocol.MAX_ATTEMPT + 1}, "attempt must be between"),
+        ({"rollout_id": "r" * 201, "attempt": 0}, "longer than 200"),
+    ):
+        with pytest.raises(ValidationError, match=reason):
+            request.model_validate({**base, "episode_ids": [edge, bad]})

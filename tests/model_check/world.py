@@ -35,6 +35,7 @@ from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoi
 from envckpt.facade.instances import LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.participant import restore_read
 from envckpt.participant.core import ParticipantCore
 from envckpt.protocol import Phase
 
@@ -385,9 +386,15 @@ class World:
 
 @contextlib.contextmanager
 def deterministic(world_of: Callable[[], World | None]) -> Any:
-    """Inside: checkpoint ids come from the current world, thread work runs inline."""
+    """Inside: checkpoint ids come from the current world, thread work runs inline.
+
+    Thread work is ``asyncio.to_thread`` (a commit's write) and the restore's
+    own worker thread (``restore_read._on``): run there, a delivered restore
+    would still be reading when the explorer looks at the state.
+    """
     original_mint = facade_checkpoint.mint_checkpoint_id
     original_to_thread = asyncio.to_thread
+    original_on = restore_read._on
 
     def mint(hint: str) -> str:
         world = world_of()
@@ -397,9 +404,15 @@ def deterministic(world_of: Callable[[], World | None]) -> Any:
         return func(*args, **kwargs)
 
     facade_checkpoint.mint_checkpoint_id = mint  # type: ignore[assignment]
+
+    async def inline_on(_thread: Any, work: Callable[[], Any]) -> Any:
+        return work()
+
     asyncio.to_thread = inline  # type: ignore[assignment]
+    restore_read._on = inline_on  # type: ignore[assignment]
     try:
         yield
     finally:
         facade_checkpoint.mint_checkpoint_id = original_mint  # type: ignore[assignment]
         asyncio.to_thread = original_to_thread
+        restore_read._on = original_on  # type: ignore[assignment]
