@@ -23,21 +23,11 @@ from envckpt.extras import MissingExtra
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 
-from helpers.dict_deployment import Deployment
+from helpers.dict_deployment import Deployment, discovered, far, saved_then_restored
 
 INSTANCE = GymCheckpointInstance("shard", 0)
 E1 = EnvironmentEpisode("r1", 0)
 E2 = EnvironmentEpisode("r2", 2)
-
-
-def far(deployment: Deployment) -> float:
-    return deployment.clock.now() + 60
-
-
-async def discovered(deployment: Deployment) -> GymCheckpointAdapter:
-    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
-    await adapter.discover()
-    return adapter
 
 
 async def test_discover_moves_to_discovered_and_skips_non_participants() -> None:
@@ -166,23 +156,7 @@ async def test_failed_commit_moves_to_failed_and_only_resume_leaves(tmp_path: Pa
 
 async def test_restore_continues_as_next_attempt(tmp_path: Path) -> None:
     """A fresh deployment restores the committed episodes as attempt N+1."""
-    deployment = Deployment()
-    await deployment.start(E1, turn=2)
-    adapter = await discovered(deployment)
-    await adapter.prepare("c1", deadline_ts=far(deployment))
-    summary = await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
-    await adapter.resume("c1", deadline_ts=far(deployment))
-
-    fresh = deployment.fresh()
-    restored = await discovered(fresh)
-    await restored.restore(
-        "r1",
-        tmp_path,
-        [E1],
-        participants=summary.participants,
-        source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
-    )
+    fresh, restored = await saved_then_restored(Deployment(), tmp_path, E1)
     assert restored.state == "restored"
     assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
     await restored.resume("r1", deadline_ts=far(fresh))

@@ -30,7 +30,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment
+from helpers.dict_deployment import Deployment, discovered, far
 from helpers.sim_server_client import server_client_for
 
 INSTANCE = GymCheckpointInstance("shard", 0)
@@ -40,14 +40,18 @@ E2 = EnvironmentEpisode("r2", 2)
 NOWHERE = {"policy_model": "http://127.0.0.1:9"}
 
 
-def far(deployment: Deployment) -> float:
-    return deployment.clock.now() + 60
-
-
-async def discovered(deployment: Deployment) -> GymCheckpointAdapter:
-    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
-    await adapter.discover()
-    return adapter
+async def restore_r1(
+    adapter: GymCheckpointAdapter, fresh: Deployment, directory: Path, participants: Any
+) -> None:
+    """Restore c1 (E1, saved by ``saved``) as r1."""
+    await adapter.restore(
+        "r1",
+        directory,
+        [E1],
+        participants=participants,
+        source_checkpoint_id="c1",
+        deadline_ts=far(fresh),
+    )
 
 
 def fired(logs: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
@@ -136,14 +140,7 @@ async def test_a_failed_discovery_and_restore_name_their_operations(tmp_path: Pa
     await adapter.discover()
     fresh.faults.add("unreachable", server="agent", route="restore")
     with pytest.raises(GymCheckpointUnavailable) as info:
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=participants,
-            source_checkpoint_id="c1",
-            deadline_ts=far(fresh),
-        )
+        await restore_r1(adapter, fresh, tmp_path, participants)
     assert info.value.operation == "restore"
     assert adapter.state == "restore_failed"
 
@@ -313,14 +310,7 @@ async def test_abandoning_a_kept_restore_retires_the_restored_attempts(tmp_path:
     """From restored: the restore is void first, then retired everywhere, then resumed."""
     fresh, participants = await saved(tmp_path)
     adapter = await discovered(fresh)
-    await adapter.restore(
-        "r1",
-        tmp_path,
-        [E1],
-        participants=participants,
-        source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
-    )
+    await restore_r1(adapter, fresh, tmp_path, participants)
     assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
     await adapter.abandon_restore("r1", [E1], deadline_ts=far(fresh))
     assert adapter.state == "resumed"
@@ -336,14 +326,7 @@ async def restore_failed(tmp_path: Path) -> tuple[Deployment, GymCheckpointAdapt
     adapter = await discovered(fresh)
     fresh.faults.add("unreachable", server="policy", route="restore")
     with pytest.raises(GymCheckpointUnavailable):
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=participants,
-            source_checkpoint_id="c1",
-            deadline_ts=far(fresh),
-        )
+        await restore_r1(adapter, fresh, tmp_path, participants)
     assert adapter.state == "restore_failed"
     return fresh, adapter
 

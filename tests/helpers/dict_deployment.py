@@ -2,7 +2,9 @@
 
 ``DictHooks`` keeps one JSON dict per episode and plays the agent, model or
 resources part (run_episode_ids, staging keys). ``Deployment`` builds the
-cores of one Gym instance behind an ``InProcessTransport``.
+cores of one Gym instance behind an ``InProcessTransport``; ``discovered``
+puts an adapter in front of it, and ``saved_then_restored`` takes an episode
+through a commit and a restore by fresh processes.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import ParticipantCore
 
 from helpers.participant_doubles import JsonStateHooks
 
 TOKEN = "test-token-5d0e2b7a"
+INSTANCE = GymCheckpointInstance("shard", 0)
 
 
 class DictHooks(JsonStateHooks):
@@ -167,3 +172,39 @@ class LoopbackHttp:
         """Close every loopback still open (servers and client sessions)."""
         for loopback in list(cls.unclosed):
             await loopback.aclose()
+
+
+def far(deployment: Deployment) -> float:
+    """A deadline a minute ahead of the deployment's clock."""
+    return deployment.clock.now() + 60
+
+
+async def discovered(
+    deployment: Deployment, instance: GymCheckpointInstance = INSTANCE
+) -> GymCheckpointAdapter:
+    """An adapter in front of ``deployment``, after its discovery."""
+    adapter = GymCheckpointAdapter(instance=instance, coordination=deployment.coordinator)
+    await adapter.discover()
+    return adapter
+
+
+async def saved_then_restored(
+    deployment: Deployment, directory: Any, episode: EnvironmentEpisode, *, turn: int = 2
+) -> tuple[Deployment, GymCheckpointAdapter]:
+    """``episode`` run to ``turn``, committed as c1, then restored as r1 by fresh processes."""
+    await deployment.start(episode, turn=turn)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    summary = await adapter.commit("c1", directory, [episode], deadline_ts=far(deployment))
+    await adapter.resume("c1", deadline_ts=far(deployment))
+    fresh = deployment.fresh()
+    restored = await discovered(fresh)
+    await restored.restore(
+        "r1",
+        directory,
+        [episode],
+        participants=summary.participants,
+        source_checkpoint_id="c1",
+        deadline_ts=far(fresh),
+    )
+    return fresh, restored

@@ -31,7 +31,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment, LoopbackHttp
+from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, saved_then_restored
 from helpers.facade_world import A, B, FacadeWorld
 
 INSTANCE = GymCheckpointInstance("shard", 0)
@@ -43,16 +43,6 @@ STALE = EnvironmentEpisode("old", 0)
 async def _close_servers() -> AsyncIterator[None]:
     yield
     await LoopbackHttp.close_all()
-
-
-def far(deployment: Deployment) -> float:
-    return deployment.clock.now() + 60
-
-
-async def discovered(deployment: Deployment) -> GymCheckpointAdapter:
-    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=deployment.coordinator)
-    await adapter.discover()
-    return adapter
 
 
 def lifecycle(logs: list[dict[str, object]]) -> list[tuple[object, object, object]]:
@@ -152,22 +142,7 @@ async def test_cleanup_calls_and_a_failed_prepare_between_checkpoints() -> None:
 
 async def restored_deployment(tmp_path: Path) -> tuple[Deployment, GymCheckpointAdapter]:
     """E1 saved at turn 2, then restored as attempt 1 by fresh processes (state restored)."""
-    deployment = Deployment(http=True)
-    await deployment.start(E1, turn=2)
-    adapter = await discovered(deployment)
-    await adapter.prepare("c1", deadline_ts=far(deployment))
-    summary = await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
-    await adapter.resume("c1", deadline_ts=far(deployment))
-    fresh = deployment.fresh()
-    restored = await discovered(fresh)
-    await restored.restore(
-        "r1",
-        tmp_path,
-        [E1],
-        participants=summary.participants,
-        source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
-    )
+    fresh, restored = await saved_then_restored(Deployment(http=True), tmp_path, E1)
     assert restored.state == "restored"
     return fresh, restored
 
