@@ -262,6 +262,22 @@ def wire_episodes(value: object, *, min_length: int = 0) -> list[EnvironmentEpis
         )
     episodes: list[EnvironmentEpisode] = []
     for index, item in enumerate(value):
+        if type(item) is dict and len(item) == 2:
+            # The usual item, a parsed JSON object that passes: accepted on
+            # the checks below, in one test each; anything else falls through
+            # to them, which say what is wrong.
+            rollout_id, attempt = item.get("rollout_id"), item.get("attempt")
+            if (
+                type(rollout_id) is str
+                and type(attempt) is int
+                and 0 <= attempt <= MAX_ATTEMPT
+                and len(rollout_id) <= MAX_ROLLOUT_ID_LENGTH
+            ):
+                try:
+                    episodes.append(_episode(rollout_id, attempt))  # validates the id
+                except ValueError as error:
+                    raise ValueError(f"episode {index}: {error}") from None
+                continue
         if isinstance(item, EnvironmentEpisode):
             episodes.append(item)
             continue
