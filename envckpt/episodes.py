@@ -94,8 +94,14 @@ def sorted_episodes(episodes: Iterable[EnvironmentEpisode]) -> tuple[Environment
 
 
 def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
-    """Sorted capture keys of ``episodes``, the order the protocol replies in."""
-    return sorted({episode.capture_key for episode in episodes})
+    """Sorted capture keys of ``episodes``, the order the protocol replies in (each once)."""
+    keys = sorted([episode.capture_key for episode in episodes])
+    # Sorted, a repeated key sits beside itself: without any (a restore's
+    # reply lists each installed attempt once) no set of every key is built,
+    # which at 50,000 episodes is 2 MiB more at a restore's peak.
+    if all(map(operator.ne, keys, keys[1:])):
+        return keys
+    return sorted(set(keys))
 
 
 def episodes_from_keys(keys: Iterable[str]) -> tuple[EnvironmentEpisode, ...]:
