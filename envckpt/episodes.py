@@ -13,6 +13,7 @@ rollout ids may not end in ``-a<N>``, the key parses back unambiguously.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,14 +78,30 @@ def sort_key(episode: EnvironmentEpisode) -> tuple[str, int]:
     return (episode.rollout_id, episode.attempt)
 
 
+# ``sort_key`` in C: sorting with it calls no Python function per episode.
+_SORT_KEY = operator.attrgetter("rollout_id", "attempt")
+
+
 def sorted_episodes(episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
     """``episodes`` deduplicated and in episode order."""
-    return tuple(sorted(set(episodes), key=sort_key))
+    ordered = sorted(episodes, key=_SORT_KEY)
+    keys = list(map(_SORT_KEY, ordered))
+    # Sorted, equal episodes are neighbours: without any (the usual case, as
+    # a scope names each episode once) no episode needs hashing.
+    if all(map(operator.ne, keys, keys[1:])):
+        return tuple(ordered)
+    return tuple(sorted(set(ordered), key=_SORT_KEY))
 
 
 def capture_keys(episodes: Iterable[EnvironmentEpisode]) -> list[str]:
-    """Sorted capture keys of ``episodes``, the order the protocol replies in."""
-    return sorted({episode.capture_key for episode in episodes})
+    """Sorted capture keys of ``episodes``, the order the protocol replies in (each once)."""
+    keys = sorted([episode.capture_key for episode in episodes])
+    # Sorted, a repeated key sits beside itself: without any (a restore's
+    # reply lists each installed attempt once) no set of every key is built,
+    # which at 50,000 episodes is 2 MiB more at a restore's peak.
+    if all(map(operator.ne, keys, keys[1:])):
+        return keys
+    return sorted(set(keys))
 
 
 def episodes_from_keys(keys: Iterable[str]) -> tuple[EnvironmentEpisode, ...]:

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import json as _json
 import logging
+import math
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -77,6 +79,18 @@ class EnvckptLogger:
             # A wrapper class that cannot say (not a filtering one) decides per call.
             return True if check is None else bool(check(_LEVELS[level]))
         return self._stdlib.isEnabledFor(_LEVELS[level])
+
+    def enabled(self, level: str) -> Callable[..., None] | None:
+        """What logs an event at ``level`` (``emit(event, **fields)``), or None when it
+        would go nowhere: the check and the call resolve the logger once."""
+        if not structlog.is_configured() or self._context:
+            return getattr(self, level) if self.is_enabled_for(level) else None
+        logger = self._structlog()
+        check = getattr(logger, "is_enabled_for", None)
+        if check is not None and not check(_LEVELS[level]):
+            return None
+        method: Callable[..., None] = getattr(logger, level)
+        return method
 
     def _structlog(self) -> Any:
         """The structlog logger for this name under the current configuration."""
@@ -155,24 +169,55 @@ def configure(
         else (stream or sys.stderr)
     )
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _unix_time,
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[structlog.contextvars.merge_contextvars, _stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=structlog.WriteLoggerFactory(file=output),
         cache_logger_on_first_use=False,
     )
 
 
-def _unix_time(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+# What structlog's add_log_level writes for a method name that is not a level.
+_LEVEL_OF_METHOD = {"warn": "warning", "exception": "error"}
+
+
+def _stamp(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog's ``add_log_level``, ``TimeStamper(fmt="iso", utc=True)`` and
+    ``format_exc_info`` in one step, plus ``ts``; one clock read for both times.
+
+    The same fields in the same order as those processors wrote them: an
+    event costs a few processor calls fewer (the transition log's share of a
+    snapshot).
+    """
+    event["level"] = _LEVEL_OF_METHOD.get(method, method)
+    now = time.time()
+    event["timestamp"] = _iso_utc(now)
     # Charts overlay and order events from several processes by this field.
-    event.setdefault("ts", time.time())
+    event.setdefault("ts", now)
+    if "exc_info" in event:
+        return structlog.processors.format_exc_info(logger, method, event)
     return event
+
+
+# The last whole second formatted, as (second, "YYYY-MM-DDTHH:MM:SS"): events
+# come many to a second, and formatting the date is most of a timestamp's cost.
+_last_second: tuple[float, str] = (-1.0, "")
+
+
+def _iso_utc(seconds: float) -> str:
+    """``datetime.fromtimestamp(seconds, timezone.utc).isoformat()`` with ``Z`` for
+    ``+00:00``, as structlog's ISO UTC stamp writes it (no fraction when it is 0)."""
+    global _last_second
+    # Microseconds rounded half to even, carried into the second, as datetime does.
+    fraction, whole = math.modf(seconds)
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        micros -= 1_000_000
+        whole += 1.0
+    cached, text = _last_second
+    if whole != cached:
+        text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _last_second = (whole, text)
+    return f"{text}.{micros:06d}Z" if micros else f"{text}Z"
 
 
 def _orjson_text(event: Any, **options: Any) -> str:

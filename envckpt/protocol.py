@@ -119,27 +119,31 @@ def parse_capabilities(value: object) -> frozenset[Capability]:
     if not isinstance(value, list):
         return frozenset()
     return frozenset(
-        Capability(item) for item in value if isinstance(item, str) and item in _CAPABILITIES
+        _CAPABILITIES[item] for item in value if isinstance(item, str) and item in _CAPABILITIES
     )
 
 
 def parse_kind(value: object) -> Kind:
     """``value`` as a ``Kind``; ValueError for anything else."""
-    if isinstance(value, str) and value in _KINDS:
-        return Kind(value)
-    raise ValueError(f"unknown participant kind {value!r}")
+    kind = _KINDS.get(value) if isinstance(value, str) else None
+    if kind is None:
+        raise ValueError(f"unknown participant kind {value!r}")
+    return kind
 
 
 def parse_mode(value: object) -> Mode:
     """``value`` as a ``Mode``; ValueError for anything else."""
-    if isinstance(value, str) and value in _MODES:
-        return Mode(value)
-    raise ValueError(f"unknown participant mode {value!r}")
+    mode = _MODES.get(value) if isinstance(value, str) else None
+    if mode is None:
+        raise ValueError(f"unknown participant mode {value!r}")
+    return mode
 
 
-_CAPABILITIES = frozenset(capability.value for capability in Capability)
-_KINDS = frozenset(kind.value for kind in Kind)
-_MODES = frozenset(mode.value for mode in Mode)
+# Each member by its value: a dict lookup, where calling the enum class costs
+# several Python calls (every discovered participant parses its kind and mode twice).
+_CAPABILITIES = {capability.value: capability for capability in Capability}
+_KINDS = {kind.value: kind for kind in Kind}
+_MODES = {mode.value: mode for mode in Mode}
 
 
 class Phase(StrEnum):
@@ -262,6 +266,22 @@ def wire_episodes(value: object, *, min_length: int = 0) -> list[EnvironmentEpis
         )
     episodes: list[EnvironmentEpisode] = []
     for index, item in enumerate(value):
+        if type(item) is dict and len(item) == 2:
+            # The usual item, a parsed JSON object that passes: accepted on
+            # the checks below, in one test each; anything else falls through
+            # to them, which say what is wrong.
+            rollout_id, attempt = item.get("rollout_id"), item.get("attempt")
+            if (
+                type(rollout_id) is str
+                and type(attempt) is int
+                and 0 <= attempt <= MAX_ATTEMPT
+                and len(rollout_id) <= MAX_ROLLOUT_ID_LENGTH
+            ):
+                try:
+                    episodes.append(_episode(rollout_id, attempt))  # validates the id
+                except ValueError as error:
+                    raise ValueError(f"episode {index}: {error}") from None
+                continue
         if isinstance(item, EnvironmentEpisode):
             episodes.append(item)
             continue

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envckpt.episodes import EnvironmentEpisode, capture_keys, episodes_from_keys
+from envckpt.episodes import (
+    EnvironmentEpisode,
+    capture_keys,
+    episodes_from_keys,
+    sort_key,
+    sorted_episodes,
+)
 
 rollout_ids = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,30}", fullmatch=True).filter(
     lambda s: not re.search(r"-a[1-9][0-9]*$", s)
@@ -82,3 +89,20 @@ def test_sorted_helpers() -> None:
         EnvironmentEpisode("a", 0),
         EnvironmentEpisode("b", 1),
     )
+
+
+def test_sorted_helpers_agree_with_sorting_a_set() -> None:
+    """With and without repeats, in any order, the neighbour check gives what a set gives."""
+    rng = random.Random(3)
+    pool = [EnvironmentEpisode(f"r{i % 7}", i % 3) for i in range(40)]
+    for size in (0, 1, 2, 5, 12, 40):
+        for _ in range(50):
+            episodes = rng.sample(pool, size) + rng.sample(pool, rng.randint(0, size))
+            rng.shuffle(episodes)
+            unique = set(episodes)
+            assert sorted_episodes(episodes) == tuple(sorted(unique, key=sort_key))
+            assert capture_keys(episodes) == sorted({e.capture_key for e in unique})
+    # Repeats far apart in the input meet once sorted.
+    a, b = EnvironmentEpisode("a", 0), EnvironmentEpisode("b", 0)
+    assert sorted_episodes([a, b, a]) == (a, b)
+    assert capture_keys([a, b, a]) == ["a", "b"]

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
 import structlog
 from structlog.testing import capture_logs
 
@@ -135,3 +140,78 @@ def test_json_lines_hold_what_orjson_alone_would_refuse(tmp_path: Path) -> None:
     big, keys = (json.loads(line) for line in path.read_text().splitlines())
     assert big["n"] == 2**70
     assert keys["counts"] == {"1": "a"} and keys["when"] == "2026-01-02"
+
+
+def _structlog_stamps(method: str, event: dict[str, Any], ts: float) -> dict[str, Any]:
+    """What the recipe's processors wrote before: structlog's add_log_level, TimeStamper
+    (ISO, UTC), ``ts``, then format_exc_info."""
+    event = structlog.processors.add_log_level(None, method, event)
+    event = structlog.processors.TimeStamper(fmt="iso", utc=True)(None, method, event)
+    event.setdefault("ts", ts)
+    return structlog.processors.format_exc_info(None, method, event)
+
+
+def test_the_stamp_writes_the_fields_structlogs_processors_write() -> None:
+    """One step, the same keys in the same order, level names, traceback and time format."""
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        for method, extra in (("info", {}), ("warn", {}), ("exception", {"exc_info": True})):
+            ours = logs._stamp(None, method, {"event": "e", "a": 1, **extra})
+            theirs = _structlog_stamps(method, {"event": "e", "a": 1, **extra}, ours["ts"])
+            assert list(ours) == list(theirs)
+            assert ours["level"] == theirs["level"]
+            assert ours.get("exception") == theirs.get("exception")
+            assert len(ours["timestamp"]) == len(theirs["timestamp"])
+            assert ours["timestamp"][:16] == theirs["timestamp"][:16]  # to the minute
+    assert logs._stamp(None, "info", {"ts": 5.0})["ts"] == 5.0  # a caller's ts is kept
+
+
+def _datetime_iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+def test_iso_utc_matches_datetime_to_the_microsecond() -> None:
+    """Random times, whole seconds (no fraction written) and rounding carries into the second."""
+    rng = random.Random(7)
+    values = [rng.uniform(0, 4e9) for _ in range(20_000)]
+    values += [1796150000.0, 1796150000.9999995, 1796150000.9999999, 1796150059.9999996]
+    values += [0.0, 1.0000005, 1.0000015, 86399.9999996]
+    for value in values:
+        assert logs._iso_utc(value) == _datetime_iso(value), value
+
+
+def test_iso_utc_comparison_catches_a_fraction_that_does_not_carry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tampered (rounding without the carry), the comparison above fails at a second's end."""
+
+    def no_carry(seconds: float) -> str:
+        fraction, whole = math.modf(seconds)
+        text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return f"{text}.{round(fraction * 1e6):06d}Z"
+
+    assert no_carry(1796150000.9999999) != _datetime_iso(1796150000.9999999)
+    assert logs._iso_utc(1796150000.9999999) == _datetime_iso(1796150000.9999999)
+
+
+def test_enabled_gives_the_emitter_or_none() -> None:
+    """Under a filtering logger at WARNING, info has no emitter and warning's logs the event."""
+    saved = structlog.get_config()
+    try:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+        log = logs.get_logger("envckpt.tests.enabled")
+        assert log.enabled("info") is None
+        with capture_logs() as captured:
+            emit = log.enabled("warning")
+            assert emit is not None
+            emit("event-a", x=1)
+            bound = log.bind(server="s").enabled("warning")
+            assert bound is not None
+            bound("event-b")
+        assert [(e["event"], e.get("x"), e.get("server")) for e in captured] == [
+            ("event-a", 1, None),
+            ("event-b", None, "s"),
+        ]
+    finally:
+        structlog.configure(**saved)

@@ -130,8 +130,9 @@ class BoundMachine(Generic[S]):
             elapsed=round(now - model.entered_at, 6),
         )
         model.entered_at = now
-        if _LOG.is_enabled_for("info"):  # filtered: the fields are never built
-            _LOG.info(
+        emit = _LOG.enabled("info")
+        if emit is not None:  # filtered: the fields are never built
+            emit(
                 "transition",
                 machine=record.machine,
                 instance_id=record.instance_id,

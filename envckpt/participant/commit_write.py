@@ -91,7 +91,7 @@ async def export_and_write(
     if write.aborted:
         # Resumed before this task first ran: leave no files behind at all.
         raise _stale(checkpoint_id)
-    held_or_named = hooks.live_episodes() if scope is None else frozenset(scope)
+    held_or_named = hooks.live_episodes() if scope is None else scope
     wanted = frozenset(episode for episode in held_or_named if current(episode))
     # Admission stays closed until this write ends or is aborted (and an
     # aborted write never publishes), so the exported state stays quiet

@@ -144,6 +144,8 @@ class AttemptFence:
         A commit that does not name them will never continue them; the caller
         frees their state. Returns them, sorted.
         """
+        if not self._unstarted:
+            return ()  # nothing restored is waiting: the usual commit
         dropped = tuple(sorted(self._unstarted - set(scope)))
         self.retire(dropped)
         self._unstarted.difference_update(dropped)

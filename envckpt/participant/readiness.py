@@ -24,7 +24,11 @@ def readiness_report(
     in_flight: frozenset[EnvironmentEpisode],
 ) -> dict[str, Any]:
     """The report for a participant holding ``live`` with ``in_flight`` calls running."""
-    live = live | in_flight
+    if in_flight:
+        live = live | in_flight
+        parked = len(live - in_flight)
+    else:
+        parked = len(live)  # the usual case at a boundary: no set is copied
     if mode is Mode.RESTART_ONLY:
         # Nothing is saved, so every live episode restarts; never wait.
         blockers: list[str] = []
@@ -39,7 +43,7 @@ def readiness_report(
         "counts": {
             "live": len(live),
             "in_flight": len(in_flight),
-            "parked": len(live - in_flight),
+            "parked": parked,
             "restarts": len(restarts),
         },
         "restarts": restarts,

@@ -139,7 +139,8 @@ def check_commit(
         raise ParticipantError(
             ErrorCode.INVALID_PHASE, "no longer ready: episodes left their boundary"
         )
-    in_scope = frozenset() if scope is None else open_.prepared_restarts & set(scope)
+    restarts = open_.prepared_restarts
+    in_scope = restarts & set(scope) if restarts and scope is not None else frozenset()
     if in_scope:
         raise ParticipantError(
             ErrorCode.RESTART_IN_SCOPE,

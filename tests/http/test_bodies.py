@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from envckpt.http import bodies
 from envckpt.http.bodies import (
     BODY_READ_SECONDS,
     CONTROL_MAX_BODY_BYTES,
@@ -22,6 +24,8 @@ from envckpt.http.bodies import (
     read_body,
 )
 from envckpt.http.serve import ServerLimits, serve
+
+from security.hostile_cases import CASES, Ctx, Declared, Streamed, resolve_body
 
 LIMIT = 1000
 JSON = {"Content-Type": "application/json"}
@@ -182,3 +186,123 @@ async def test_json_media_types_are_accepted(url: str, content_type: str) -> Non
     async with httpx.AsyncClient() as client:
         reply = await client.post(url, content=b'{"a": 1}', headers={"Content-Type": content_type})
     assert reply.json() == {"got": {"a": 1}}
+
+
+def _reference(raw: bytes) -> tuple[str, str]:
+    """The standard library path alone (what parse_json did before its orjson fast path)."""
+    if not raw.strip():
+        return ("refused", "")
+    try:
+        value = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=bodies._reject_constant,
+            parse_float=bodies._finite_float,
+            object_pairs_hook=bodies._unique_keys,
+        )
+    except (ValueError, RecursionError):
+        return ("refused", "")
+    return ("ok", repr(value))
+
+
+def _outcome(raw: bytes) -> tuple[str, str]:
+    try:
+        return ("ok", repr(parse_json(raw)))
+    except BodyRefused as refusal:
+        assert refusal.status == 422
+        return ("refused", "")
+
+
+def _encodings(body: Any) -> list[bytes]:
+    """``body`` as the corpus sends it, compact, and in orjson's canonical form."""
+    if isinstance(body, bytes):
+        return [body]
+    out = []
+    for dump in (
+        lambda: json.dumps(body).encode(),
+        lambda: json.dumps(body, separators=(",", ":")).encode(),
+        lambda: orjson.dumps(body),
+    ):
+        try:
+            out.append(dump())
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+EDGE_BODIES = [
+    b'{"a":1,"a":1}',
+    b'{"a":{"b":[{"c":1,"c":1}]}}',
+    b'{"a":1e400}',
+    b'{"a":-1e400}',
+    b'{"a":18446744073709551615}',
+    b'{"a":18446744073709551616}',
+    b'{"a":-9223372036854775809}',
+    b'{"a":"\\ud800"}',
+    b'{"a":-0}',
+    b'{"a":-0.0}',
+    b'{"a":1e16}',
+    b'{"a":10000000000000000.0}',
+    b'{"a":0.1}',
+    b'{"a":"\xe2\x80\xa8"}',
+    b'{"a":"\\u00e9"}',
+    b'{"a":"\xc3\xa9"}',
+    b'{"a":"\x7f"}',
+    b'{"a":"\x01"}',
+    b'{"a":NaN}',
+    b'{"a":Infinity}',
+    b"\xef\xbb\xbf{}",
+    b'{"a":"\xff"}',
+    b"[]",
+    b'"x"',
+    b"12",
+    b"null",
+    *(b"[" * depth + b"]" * depth for depth in (511, 512, 513, 600, 1000, 1020, 1030)),
+    b'{"a":' * 700 + b"1" + b"}" * 700,
+]
+
+
+def test_parse_json_reads_every_hostile_and_edge_body_as_the_standard_library_does(
+    tmp_path: Any,
+) -> None:
+    """The orjson fast path accepts and refuses exactly what the standard library path does,
+    over the hostile corpus (as sent, compact, and orjson's form) and the parsers' edges."""
+    ctx = Ctx(root=tmp_path / "root", outside=tmp_path / "outside", now=1_800_000_000.0)
+    raws = [*EDGE_BODIES]
+    for case in CASES:
+        body = resolve_body(case, ctx)
+        if not isinstance(body, Declared | Streamed) and body is not None:
+            raws.extend(_encodings(body))
+    assert len(raws) > 400
+    fast = 0
+    for raw in raws:
+        assert _outcome(raw) == _reference(raw), raw[:120]
+        fast += bodies._canonical(raw) is not bodies._NOT_CANONICAL
+    assert fast > 100  # the fast path itself was compared, not only the fallback
+
+
+class _Echo:
+    """A tampered orjson whose writing always gives back the bytes it last read."""
+
+    JSONDecodeError = orjson.JSONDecodeError
+    JSONEncodeError = orjson.JSONEncodeError
+
+    def __init__(self) -> None:
+        self.raw = b""
+
+    def loads(self, raw: bytes) -> Any:
+        self.raw = raw
+        return orjson.loads(raw)
+
+    def dumps(self, value: Any) -> bytes:
+        return self.raw
+
+
+def test_the_comparison_catches_a_fast_path_without_its_round_trip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tampered (no write-back check), the fast path keeps one of two repeated keys, which
+    the standard library path refuses, and the side-by-side comparison says so."""
+    twice = b'{"a":1,"a":2}'
+    assert _outcome(twice) == _reference(twice) == ("refused", "")
+    monkeypatch.setattr(bodies, "orjson", _Echo())
+    assert _outcome(twice) == ("ok", "{'a': 2}") != _reference(twice)
