@@ -10,6 +10,7 @@ its retire a bounded number of times, always resumes, and tells the host.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
+from envckpt.coordination.coordinator import CLEANUP_SECONDS
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     GymCheckpointUnavailable,
@@ -379,6 +381,56 @@ async def test_a_retire_that_fails_once_is_retried_and_nothing_is_raised(
     assert adapter.state == "resumed"
     assert all(core.fence.mark("r1") == 1 for core in fresh.cores.values())
     assert not [r for r in caplog.records if r.name.startswith("envckpt")]
+
+
+async def test_a_cleanup_past_the_callers_deadline_gets_room_on_the_coordination_clock(
+    tmp_path: Path,
+) -> None:
+    """The caller's deadline has passed: each retire and the resume get CLEANUP_SECONDS of
+    their own on the participants' clock, so the cleanup still lands."""
+    fresh, adapter = await restore_failed(tmp_path)
+    assert fresh.clock.now() > time.time() + 60  # the fake clock is ahead of the system's
+    resumes: list[float] = []
+    resume = adapter.resume
+
+    async def recording_resume(checkpoint_id: str, *, deadline_ts: float) -> None:
+        resumes.append(deadline_ts)  # participants never refuse a late resume: look at it
+        await resume(checkpoint_id, deadline_ts=deadline_ts)
+
+    adapter.resume = recording_resume  # type: ignore[method-assign]
+    await adapter.abandon_restore("r1", [E1], deadline_ts=fresh.clock.now() - 1)
+    assert resumes == [fresh.clock.now() + CLEANUP_SECONDS]
+    assert adapter.state == "resumed"
+    assert all(core.fence.mark("r1") == 1 for core in fresh.cores.values())
+    assert all(core.phase == "idle" for core in fresh.cores.values())
+
+
+class _NoClock:
+    """A coordination that keeps no clock of its own (it forwards everything else)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "clock":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+async def test_a_coordination_without_a_clock_cleans_up_on_the_system_clock(
+    tmp_path: Path,
+) -> None:
+    """No clock on the coordination: cleanup deadlines come from the system clock."""
+    fresh, participants = await saved(tmp_path)
+    adapter = GymCheckpointAdapter(instance=INSTANCE, coordination=_NoClock(fresh.coordinator))
+    await adapter.discover()
+    fresh.faults.add("unreachable", server="policy", route="restore")
+    with pytest.raises(GymCheckpointUnavailable):
+        await restore_r1(adapter, fresh, tmp_path, participants)
+    # Ahead of the system clock, so the caller's deadline is what the cleanup uses.
+    await adapter.abandon_restore("r1", [E1], deadline_ts=far(fresh))
+    assert adapter.state == "resumed"
+    assert all(core.fence.mark("r1") == 1 for core in fresh.cores.values())
 
 
 class _stdlib_logging:

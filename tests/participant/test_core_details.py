@@ -278,6 +278,27 @@ async def test_a_restore_whose_deadline_passes_while_reading_installs_nothing(
     assert hooks.states == {} and core.phase == "idle" and hooks.admission_open
 
 
+@pytest.mark.parametrize("operation", ["prepare", "renew", "commit"])
+async def test_checkpoint_calls_past_their_deadline_name_the_operation(
+    operation: str, tmp_path: Path
+) -> None:
+    """prepare, renew and commit past their deadline: deadline_exceeded naming the call."""
+    clock = FakeClock(START)
+    core = make_core(clock)
+    if operation != "prepare":
+        await core.prepare("c1", deadline_ts=START + 30)
+    late = START - 1
+    calls = {
+        "prepare": lambda: core.prepare("c1", deadline_ts=late),
+        "renew": lambda: core.renew("c1", deadline_ts=late),
+        "commit": lambda: core.commit(
+            "c1", deadline_ts=late, checkpoint_dir=str(tmp_path), episode_ids=None
+        ),
+    }
+    error = await refusal(calls[operation]())
+    assert (error.code, error.detail) == ("deadline_exceeded", f"{operation} deadline has passed")
+
+
 @pytest.mark.parametrize("operation", ["retire", "forget"])
 async def test_cleanup_refusals_name_the_operation(operation: str) -> None:
     """retire and forget, while a checkpoint is open or past their deadline, say which."""
