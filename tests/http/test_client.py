@@ -200,7 +200,7 @@ async def test_dropped_connection_is_not_retried() -> None:
         dropping_server() as (url, accepted),
         HttpTransport({"flaky": url}, token=TOKEN) as transport,
     ):
-        with pytest.raises(TransportFailure, match="ServerDisconnectedError"):
+        with pytest.raises(TransportFailure, match="ServerDisconnected"):
             await transport.request(
                 "flaky",
                 "POST",
