@@ -205,9 +205,11 @@ async def _read_chunked(buffer: bytearray, more: More, limits: ReplyLimits) -> b
 
 async def _read_to_end(buffer: bytearray, more: More, limits: ReplyLimits) -> bytes:
     # No length given: the body is everything until the server closes.
-    while await more():
+    while True:
         if len(buffer) > limits.max_body_bytes:
             raise BadReply(f"reply body over {limits.max_body_bytes} bytes")
+        if not await more():
+            break
     body = bytes(buffer)
     buffer.clear()
     return body
