@@ -52,7 +52,7 @@ def _disconnected(message: str, stale: bool) -> ServerDisconnected:
 
 @dataclass(frozen=True, slots=True)
 class ReplyLimits:
-    """The largest header block (status line included) and body a reply may have."""
+    """The largest header block (status line to the empty line, included) and body."""
 
     max_header_bytes: int = MAX_HEADER_BYTES
     max_body_bytes: int = MAX_BODY_BYTES
@@ -115,17 +115,17 @@ def _content_length(value: str) -> int:
 async def _read_until(
     buffer: bytearray, more: More, separator: bytes, limit: int, what: str
 ) -> bytes:
-    """Bytes up to ``separator`` (consumed, not returned); ``BadReply`` past ``limit``."""
+    """Bytes before ``separator`` (both consumed); ``BadReply`` if both are over ``limit``."""
     searched = 0
     while True:
         end = buffer.find(separator, max(0, searched - len(separator) + 1))
         if end >= 0:
-            if end > limit:
+            if end + len(separator) > limit:
                 raise BadReply(f"{what} over {limit} bytes")
             data = bytes(buffer[:end])
             del buffer[: end + len(separator)]
             return data
-        if len(buffer) > limit:
+        if len(buffer) >= limit:  # a separator still to come would end past the limit
             raise BadReply(f"{what} over {limit} bytes")
         searched = len(buffer)
         if not await more():

@@ -231,7 +231,7 @@ async def test_oversize_headers_and_bodies_are_refused() -> None:
 async def test_replies_just_within_the_limits_are_read() -> None:
     """Tampered sizes: a header block and body exactly at the limits are accepted."""
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n"
-    pad = 1024 - len(head) - len(b"X-P: \r\n")
+    pad = 1024 - len(head) - len(b"X-P: \r\n\r\n")
     reply = head + b"X-P: " + b"a" * pad + b"\r\n\r\n" + b"x" * 100
     async with raw_server(replying(reply)) as (origin, _):
         connections = pool(limits=ReplyLimits(max_header_bytes=1024, max_body_bytes=100))
