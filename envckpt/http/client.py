@@ -46,7 +46,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import orjson
 
@@ -270,6 +270,8 @@ class HttpTransport(AsyncCloseable):
         where = f"{server} {method} {route}"
         connect_failures = stale = 0
         while True:
+            if self._closed:
+                raise TransportFailure(f"{where}: the transport was closed")
             if deadline - loop.time() <= 0:
                 raise TransportFailure(f"{where}: no reply within {timeout:.1f} s")
             self.attempts += 1
@@ -319,7 +321,8 @@ class _Target:
     @classmethod
     def of(cls, base_url: str) -> _Target:
         origin = Origin.from_url(base_url)
-        prefix = urlsplit(base_url).path.rstrip("/")
+        # A path is sent as given when it is plain ASCII, percent-encoded otherwise.
+        prefix = quote(urlsplit(base_url).path.rstrip("/"), safe="/%:@!$&'()*+,;=~")
         return cls(origin, origin.host_header, f"{prefix}{CHECKPOINT_ROUTE_PREFIX}/")
 
 

@@ -281,9 +281,11 @@ class ConnectionPool:
                 raise ConnectFailed(f"timed out connecting to {where}") from error
             except OSError as error:  # refused, unreachable, name not found, TLS failure
                 raise ConnectFailed(f"{type(error).__name__}: {error}") from error
-        finally:
+        except BaseException:
             self._opening -= 1
-            self._wake_one()  # on failure the slot is free; on success, harmless
+            self._wake_one()  # the slot is free again
+            raise
+        self._opening -= 1
         sock = writer.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -357,7 +359,7 @@ async def _exchange(
         nonlocal received
         try:
             chunk = await reader.read(65536)
-        except (ConnectionError, ssl.SSLError) as error:
+        except OSError as error:  # reset, aborted, TLS failure (ssl.SSLError is one)
             raise ServerDisconnected(f"{type(error).__name__}: {error}", stale=False) from error
         if not chunk:
             return False
@@ -370,7 +372,7 @@ async def _exchange(
         if writer.transport.get_write_buffer_size():
             await writer.drain()
         return await read_response(connection.buffer, more, limits=limits)
-    except ConnectionError as error:  # from the write: reset, broken pipe
+    except OSError as error:  # from the write: reset, broken pipe
         disconnected = ServerDisconnected(f"{type(error).__name__}: {error}", stale=False)
         if connection.reused and not received:
             raise ServerDisconnected(str(disconnected), stale=True) from error

@@ -386,6 +386,26 @@ async def test_max_connections_holds_under_concurrency() -> None:
         await connections.aclose()
 
 
+async def test_waiting_for_a_free_connection_ends_at_the_deadline() -> None:
+    """With the only connection busy past the deadline, a second call times out waiting."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        await asyncio.sleep(0.5)
+        writer.write(ok())
+        await reader.read()
+
+    async with raw_server(handler) as (origin, accepted):
+        connections = pool(max_connections=1)
+        slow = asyncio.create_task(connections.request(origin, GET, deadline=soon()))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimeoutError):
+            await connections.request(origin, GET, deadline=soon(0.1))
+        assert (await slow).status == 200
+        assert len(accepted) == 1 and connections.open_connections == 1
+        await connections.aclose()
+
+
 async def test_max_connections_closes_an_idle_connection_of_another_origin() -> None:
     """At the limit, an idle connection to another server is closed to make room."""
     async with (
