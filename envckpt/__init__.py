@@ -2,10 +2,11 @@
 
 The public names a trainer, a Gym server host and an operator need; see
 ``docs/`` for how they fit together. Names that need an optional extra
-(``HttpTransport`` and ``mount_participant`` need ``envckpt[http]``,
-``RayInstance`` needs ``envckpt[ray]`` to be used) are imported when first
-used, so ``import envckpt`` works on a core-only install, and a missing extra
-is a ``MissingExtra`` error that names it.
+(``mount_participant`` needs ``envckpt[http]``, ``RayInstance`` needs
+``envckpt[ray]`` to be used) are imported when first used (``HttpTransport``
+too, though it needs only the core), so ``import envckpt`` works on a
+core-only install, and a missing extra is a ``MissingExtra`` error that names
+it.
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ class GymCheckpointAdapter:
 
         ``client`` is a nemo-gym ``ServerClient`` (anything with its
         ``global_config_dict``): the adapter then reaches every server of that
-        config over HTTP with ``auth_token`` (``HttpTransport``, from the
-        ``envckpt[http]`` extra) and owns the transport: ``aclose`` closes it.
+        config over HTTP with ``auth_token`` (``HttpTransport``, core only, no
+        extra needed) and owns the transport: ``aclose`` closes it.
         """
         self._owned_transport: Any = None
         if coordination is None:
@@ -355,7 +355,7 @@ class GymCheckpointAdapter:
 
 
 def _transport_for(client: Any, token: str, **options: Any) -> Any:
-    """``HttpTransport.from_server_client``; ``MissingExtra`` without ``envckpt[http]``."""
+    """``HttpTransport.from_server_client``; ``MissingExtra`` if a broken install lacks a part."""
     try:
         from envckpt.http.client import HttpTransport
     except ModuleNotFoundError as error:

@@ -1,1 +1,1 @@
-"""The checkpoint control protocol over real HTTP: routes, an aiohttp transport, uvicorn helpers."""
+"""The checkpoint control protocol over real HTTP: routes, a keep-alive client, uvicorn."""

@@ -1,9 +1,11 @@
-"""``HttpTransport``: the coordinator's ``ControlTransport`` over HTTP, on aiohttp.
+"""``HttpTransport``: the coordinator's ``ControlTransport`` over HTTP/1.1.
 
-Each transport is one deployment's reserved control pool: its own aiohttp
-session and connector, kept alive between calls and used for nothing but
-control calls, so a saturated data-plane pool can never delay a prepare or a
-resume (nemo-gym's own servers talk to each other over aiohttp the same way)::
+Each transport is one deployment's reserved control pool: its own keep-alive
+connections (``connections.ConnectionPool``), kept between calls and used for
+nothing but control calls, so a saturated data-plane pool can never delay a
+prepare or a resume. The pool is a minimal HTTP/1.1 client rather than
+aiohttp: a control call is a small request and a small reply, and a
+general-purpose client's per-request work was most of the coordinator's CPU::
 
     async with HttpTransport({"policy": "http://10.0.0.5:8000"}, token=token) as transport:
         coordinator = Coordinator(transport)
@@ -12,23 +14,25 @@ resume (nemo-gym's own servers talk to each other over aiohttp the same way)::
     # or from the config nemo-gym resolved (the global config dict, or a ServerClient)
     transport = HttpTransport.from_nemo_gym_config(global_config_dict, token=token)
 
-The session is made on the first request, in the running event loop, and
-belongs to that loop. Bodies are encoded with orjson (the standard library
-encoder takes over whenever orjson would write ``null``, so NaN and Infinity
-are still refused with ``ValueError``).
+The pool is made on the first request, in the running event loop, and
+belongs to that loop. Proxies are never used and redirects never followed.
+Bodies are encoded with orjson (the standard library encoder takes over
+whenever orjson would write ``null``, so NaN and Infinity are still refused
+with ``ValueError``).
 
 Retries, all inside the call's ``timeout``:
 
 * a failure to *connect* (refused, connect timeout) is retried up to
   ``connect_tries`` attempts in all, with a short backoff;
 * a call sent on a pooled keep-alive connection that the server had already
-  closed (the server's keep-alive timeout and our call crossed) is sent again
-  on a new connection, up to ``STALE_CONNECTION_RETRIES`` times: no reply
-  came, and every control call is safe to repeat with the same checkpoint id
-  (a participant replays or refuses a repeat, protocol.md section 4);
+  closed (the server's keep-alive timeout and our call crossed: the
+  connection ended before a byte of the reply came) is sent again on a new
+  connection, up to ``STALE_CONNECTION_RETRIES`` times: no reply came, and
+  every control call is safe to repeat with the same checkpoint id (a
+  participant replays or refuses a repeat, protocol.md section 4);
 * anything else (a read timeout, a fresh connection dropped after the server
-  read the request, a malformed reply) is reported at once as
-  ``TransportFailure``.
+  read the request, a reply cut short, malformed or over the pool's size
+  limits) is reported at once as ``TransportFailure``.
 
 Replies are never interpreted here: the status, the parsed JSON body (or
 ``None``) and the raw text go back to the coordinator.
@@ -38,16 +42,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Mapping
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
-import aiohttp
 import orjson
 
 from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.http.closing import AsyncCloseable
+from envckpt.http.connections import (
+    BadReply,
+    ConnectFailed,
+    ConnectionPool,
+    Origin,
+    ServerDisconnected,
+    request_head,
+)
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
 
 DEFAULT_MAX_CONNECTIONS = 64
@@ -135,7 +147,12 @@ def nemo_gym_server_urls(global_config_dict: Mapping[str, Any]) -> dict[str, str
 
 
 class HttpTransport(AsyncCloseable):
-    """``ControlTransport`` to servers named by base URL, with its own connection pool."""
+    """``ControlTransport`` to servers named by base URL, with its own connection pool.
+
+    ``trust_env`` must stay false: control calls go straight to the servers,
+    never through a proxy configured for data traffic. ``ssl_context`` verifies
+    ``https`` servers (default: the system's trusted certificates).
+    """
 
     def __init__(
         self,
@@ -146,25 +163,35 @@ class HttpTransport(AsyncCloseable):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
         trust_env: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not isinstance(token, str) or not token:
             raise ValueError("HttpTransport needs a non-empty bearer token")
+        if not token.isprintable():
+            raise ValueError("the bearer token must be printable (no line breaks)")
         if max_connections < 1:
             raise ValueError("max_connections must be at least 1")
         if connect_timeout <= 0:
             raise ValueError("connect_timeout must be positive")
         if keepalive_seconds <= 0:
             raise ValueError("keepalive_seconds must be positive")
+        if trust_env:
+            raise ValueError(
+                "trust_env=True is not supported: control calls go straight to the "
+                "servers, never through a proxy"
+            )
         self._servers = {str(name): _base_url(name, url) for name, url in servers.items()}
-        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        self._body_headers = {**self._headers, "Content-Type": "application/json"}
+        # Per server: where to connect, the Host header, the path before the route.
+        self._targets = {name: _Target.of(url) for name, url in self._servers.items()}
+        self._headers = b"Authorization: Bearer %s\r\nAccept: application/json\r\n" % (
+            token.encode()
+        )
+        self._body_headers = self._headers + b"Content-Type: application/json\r\n"
         self._max_connections = max_connections
         self._connect_timeout = connect_timeout
         self._keepalive_seconds = keepalive_seconds
-        # trust_env=False: control calls go straight to the servers, never
-        # through a proxy configured for data traffic.
-        self._trust_env = trust_env
-        self._session: aiohttp.ClientSession | None = None
+        self._ssl_context = ssl_context
+        self._pool: ConnectionPool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         # Counters for tests and metrics: calls made, HTTP attempts sent, and
@@ -194,29 +221,22 @@ class HttpTransport(AsyncCloseable):
     def base_url(self, server: str) -> str:
         return self._servers[server]
 
-    def _client(self) -> aiohttp.ClientSession:
-        """The session of the running loop, made on first use."""
+    def _client(self) -> ConnectionPool:
+        """The pool of the running loop, made on first use."""
         loop = asyncio.get_running_loop()
         if self._closed:
             raise TransportFailure("the transport is closed")
-        if self._session is None:
-            tracing = aiohttp.TraceConfig()
-            tracing.on_connection_reuseconn.append(_note_reuse)
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self._max_connections,
-                    limit_per_host=0,
-                    keepalive_timeout=self._keepalive_seconds,
-                ),
-                trust_env=self._trust_env,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=None),
-                trace_configs=[tracing],
+        if self._pool is None:
+            self._pool = ConnectionPool(
+                max_connections=self._max_connections,
+                keepalive_seconds=self._keepalive_seconds,
+                connect_timeout=self._connect_timeout,
+                ssl_context=self._ssl_context,
             )
             self._loop = loop
         elif self._loop is not loop:
             raise RuntimeError("an HttpTransport is used from one event loop only")
-        return self._session
+        return self._pool
 
     async def request(
         self,
@@ -229,48 +249,40 @@ class HttpTransport(AsyncCloseable):
         connect_tries: int = 1,
     ) -> ControlReply:
         self.requests += 1
-        base = self._servers.get(server)
-        if base is None:
+        target = self._targets.get(server)
+        if target is None:
             raise TransportFailure(f"no server named {server!r} is configured")
         if route not in ROUTES:
             raise ValueError(f"unknown control route {route!r}")
-        url = f"{base}{CHECKPOINT_ROUTE_PREFIX}/{route}"
         content = None if body is None else encode_body(body)
-        headers = self._headers if content is None else self._body_headers
-        session = self._client()
+        head = request_head(
+            method,
+            target.path + route,
+            host=target.host,
+            headers=self._headers if content is None else self._body_headers,
+            body=content,
+        )
+        data = head if content is None else head + content
+        pool = self._client()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         tries = max(1, connect_tries)
         where = f"{server} {method} {route}"
         connect_failures = stale = 0
         while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
+            if self._closed:
+                raise TransportFailure(f"{where}: the transport was closed")
+            if deadline - loop.time() <= 0:
                 raise TransportFailure(f"{where}: no reply within {timeout:.1f} s")
-            attempt = SimpleNamespace(reused=False)
             self.attempts += 1
             try:
-                async with (
-                    asyncio.timeout(remaining),
-                    session.request(
-                        method,
-                        url,
-                        data=content,
-                        headers=headers,
-                        allow_redirects=False,
-                        timeout=aiohttp.ClientTimeout(
-                            total=None, sock_connect=min(remaining, self._connect_timeout)
-                        ),
-                        trace_request_ctx=attempt,
-                    ) as response,
-                ):
-                    return _reply(response.status, await response.read())
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+                response = await pool.request(target.origin, data, deadline=deadline)
+            except ConnectFailed as error:
                 connect_failures += 1
                 if connect_failures >= tries:
                     raise TransportFailure(
-                        f"{where}: cannot connect to {base} after {tries} "
-                        f"{'try' if tries == 1 else 'tries'} ({type(error).__name__}: {error})"
+                        f"{where}: cannot connect to {self._servers[server]} after {tries} "
+                        f"{'try' if tries == 1 else 'tries'} ({error})"
                     ) from error
                 pause = min(MAX_RETRY_BACKOFF, RETRY_BACKOFF * 2 ** (connect_failures - 1))
                 await asyncio.sleep(max(0.0, min(pause, deadline - loop.time())))
@@ -280,29 +292,38 @@ class HttpTransport(AsyncCloseable):
                 raise TransportFailure(
                     f"{where}: no reply within {timeout:.1f} s ({type(error).__name__})"
                 ) from error
-            except aiohttp.ClientConnectionError as error:
-                if not attempt.reused or stale >= STALE_CONNECTION_RETRIES:
-                    raise TransportFailure(f"{where}: {type(error).__name__}: {error}") from error
+            except ServerDisconnected as error:
+                if not error.stale or stale >= STALE_CONNECTION_RETRIES:
+                    raise TransportFailure(f"{where}: ServerDisconnected: {error}") from error
                 # A kept-alive connection the server had closed: no reply came.
                 stale += 1
                 self.stale_retries += 1
-            except aiohttp.ClientError as error:
-                raise TransportFailure(f"{where}: {type(error).__name__}: {error}") from error
+            except BadReply as error:
+                raise TransportFailure(f"{where}: BadReply: {error}") from error
+            else:
+                return _reply(response.status, response.body)
 
     async def aclose(self) -> None:
         self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
 
 
-async def _note_reuse(
-    session: aiohttp.ClientSession,
-    context: SimpleNamespace,
-    params: aiohttp.TraceConnectionReuseconnParams,
-) -> None:
-    # The request's own marker: this attempt went out on a pooled connection.
-    context.trace_request_ctx.reused = True
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """Where one server's control calls go: origin, Host header, path up to the route."""
+
+    origin: Origin
+    host: str
+    path: str
+
+    @classmethod
+    def of(cls, base_url: str) -> _Target:
+        origin = Origin.from_url(base_url)
+        # A path is sent as given when it is plain ASCII, percent-encoded otherwise.
+        prefix = quote(urlsplit(base_url).path.rstrip("/"), safe="/%:@!$&'()*+,;=~")
+        return cls(origin, origin.host_header, f"{prefix}{CHECKPOINT_ROUTE_PREFIX}/")
 
 
 def _refuse_constant(name: str) -> NoReturn:

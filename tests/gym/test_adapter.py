@@ -330,10 +330,25 @@ def test_the_adapter_needs_one_way_to_reach_gym() -> None:
             GymCheckpointAdapter(instance=INSTANCE, **kwargs)  # type: ignore[arg-type]
 
 
-def test_without_the_http_extra_a_client_adapter_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """aiohttp missing: building from a ServerClient raises MissingExtra naming envckpt[http]."""
+async def test_without_the_http_extra_a_client_adapter_still_builds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiohttp, fastapi, uvicorn and httpx missing: the control client needs none of them."""
+    for name in [*sys.modules]:
+        if name.startswith("envckpt.http"):
+            monkeypatch.delitem(sys.modules, name)
+    for extra in ("aiohttp", "fastapi", "uvicorn", "httpx"):
+        monkeypatch.setitem(sys.modules, extra, None)
+    adapter = GymCheckpointAdapter(
+        instance=INSTANCE, client=SimpleNamespace(global_config_dict={}), auth_token="t"
+    )
+    await adapter.aclose()
+
+
+def test_a_client_adapter_names_a_missing_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tampered: were a module of the http extra missing, the adapter names envckpt[http]."""
     monkeypatch.delitem(sys.modules, "envckpt.http.client", raising=False)
-    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    monkeypatch.setitem(sys.modules, "orjson", None)
     with pytest.raises(MissingExtra) as caught:
         GymCheckpointAdapter(
             instance=INSTANCE, client=SimpleNamespace(global_config_dict={}), auth_token="t"

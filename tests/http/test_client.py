@@ -200,7 +200,7 @@ async def test_dropped_connection_is_not_retried() -> None:
         dropping_server() as (url, accepted),
         HttpTransport({"flaky": url}, token=TOKEN) as transport,
     ):
-        with pytest.raises(TransportFailure, match="ServerDisconnectedError"):
+        with pytest.raises(TransportFailure, match="ServerDisconnected"):
             await transport.request(
                 "flaky",
                 "POST",
@@ -442,9 +442,14 @@ async def test_serve_reports_a_failed_startup() -> None:
 
 
 async def test_transport_refuses_bad_arguments() -> None:
-    """An empty token, a non-http URL, an unknown server or route are refused."""
+    """An empty or multi-line token, proxies, a non-http URL, an unknown server or route
+    are refused."""
     with pytest.raises(ValueError, match="non-empty bearer token"):
         HttpTransport({"a": "http://127.0.0.1:1"}, token="")
+    with pytest.raises(ValueError, match="printable"):
+        HttpTransport({"a": "http://127.0.0.1:1"}, token="tok\r\nX-Evil: 1")
+    with pytest.raises(ValueError, match="straight to the servers"):
+        HttpTransport({"a": "http://127.0.0.1:1"}, token=TOKEN, trust_env=True)
     for url in ("127.0.0.1:80", "ftp://host/", "http://host/?q=1", "http://"):
         with pytest.raises(ValueError):
             HttpTransport({"a": url}, token=TOKEN)
