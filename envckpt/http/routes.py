@@ -153,16 +153,24 @@ def control_router(
     Raises ``ValueError`` for a token under 16 characters, and for a core
     without a checkpoint root unless ``unconfined`` says that is intended.
     """
+    token = _checked(core, token, (max_body_bytes, body_read_seconds), unconfined=unconfined)
+    router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
+    _add_routes(router, "", core, token, (max_body_bytes, body_read_seconds))
+    return router
+
+
+def _checked(
+    core: ParticipantCore, token: str, limits: tuple[int, float], *, unconfined: bool
+) -> str:
+    """The token, once it, the limits and the core's confinement are acceptable."""
     token = require_strong_token(token, what="control token")
-    check_limits(max_body_bytes, body_read_seconds)
+    check_limits(*limits)
     if not core.bounds.confined and not unconfined:
         raise ValueError(
             f"participant {core.server_name!r} has no checkpoint root: pass checkpoint_root= "
             "(where commit and restore may name directories), or unconfined=True"
         )
-    router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
-    _add_routes(router, "", core, token, (max_body_bytes, body_read_seconds))
-    return router
+    return token
 
 
 def _add_routes(
@@ -237,17 +245,11 @@ def mount_participant(
     if lease_check_seconds is not None and lease_check_seconds <= 0:
         raise ValueError("lease_check_seconds must be positive")
     confine(core, checkpoint_root, unconfined=unconfined)
-    # Checked as control_router checks, then added to the app itself: FastAPI
-    # matches an included router's routes through another layer (about 20 us
-    # a call).
-    control_router(
-        core,
-        token=token,
-        max_body_bytes=max_body_bytes,
-        body_read_seconds=body_read_seconds,
-        unconfined=unconfined,
-    )
-    _add_routes(app, CHECKPOINT_ROUTE_PREFIX, core, token, (max_body_bytes, body_read_seconds))
+    # Added to the app itself, not through include_router: FastAPI matches an
+    # included router's routes through another layer (about 20 us a call).
+    limits = (max_body_bytes, body_read_seconds)
+    token = _checked(core, token, limits, unconfined=unconfined)
+    _add_routes(app, CHECKPOINT_ROUTE_PREFIX, core, token, limits)
     setattr(app.state, _MOUNTED, core.server_name)
     if lease_check_seconds is not None:
         _run_during_lifespan(app, lambda: core.run_lease_watchdog(lease_check_seconds))

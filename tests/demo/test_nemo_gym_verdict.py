@@ -184,21 +184,25 @@ TAMPERINGS: dict[str, tuple[Tamper, str]] = {
 }
 
 
+# Every check of the verdict, in the order it reports them.
+ALL_CHECKS = (
+    FINISHED,
+    REWARDS,
+    COUNTER,
+    ROWS,
+    CONTINUED,
+    MATCHED,
+    STRUCK,
+    RESTORED,
+    FINISHED_CLEANLY,
+)
+
+
 def test_the_untampered_run_passes_every_check_with_its_numbers(record: NemoGymRecord) -> None:
     """Nine checks pass; the numbers are the evidence's counts."""
     verdict = judge_nemo_gym(record)
     assert verdict.passed, verdict.render()
-    assert [name for name, _, _ in verdict.checks] == [
-        FINISHED,
-        REWARDS,
-        COUNTER,
-        ROWS,
-        CONTINUED,
-        MATCHED,
-        STRUCK,
-        RESTORED,
-        FINISHED_CLEANLY,
-    ]
+    assert [name for name, _, _ in verdict.checks] == list(ALL_CHECKS)
     results = record.run.results
     assert verdict.numbers["continued_from_saved_turn"] == len(
         evidence.continued_from_turn(results)
@@ -211,17 +215,7 @@ def test_the_untampered_run_passes_every_check_with_its_numbers(record: NemoGymR
 
 def test_every_check_is_tampered_at_least_once() -> None:
     """No check of the verdict goes untested."""
-    assert {check for _, check in TAMPERINGS.values()} == {
-        FINISHED,
-        REWARDS,
-        COUNTER,
-        ROWS,
-        CONTINUED,
-        MATCHED,
-        STRUCK,
-        RESTORED,
-        FINISHED_CLEANLY,
-    }
+    assert {check for _, check in TAMPERINGS.values()} == set(ALL_CHECKS)
 
 
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
