@@ -84,7 +84,13 @@ _SORT_KEY = operator.attrgetter("rollout_id", "attempt")
 
 def sorted_episodes(episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
     """``episodes`` deduplicated and in episode order."""
-    ordered = sorted(episodes, key=_SORT_KEY)
+    items = list(episodes)
+    keys = list(map(_SORT_KEY, items))
+    # Already in order and each once (a scope the coordinator sorted, a kind
+    # that holds its episodes in order): no sort at all.
+    if all(map(operator.lt, keys, keys[1:])):
+        return tuple(items)
+    ordered = sorted(items, key=_SORT_KEY)
     keys = list(map(_SORT_KEY, ordered))
     # Sorted, equal episodes are neighbours: without any (the usual case, as
     # a scope names each episode once) no episode needs hashing.

@@ -105,4 +105,8 @@ def test_sorted_helpers_agree_with_sorting_a_set() -> None:
     # Repeats far apart in the input meet once sorted.
     a, b = EnvironmentEpisode("a", 0), EnvironmentEpisode("b", 0)
     assert sorted_episodes([a, b, a]) == (a, b)
+    # Already in order: the same episodes back; in order but repeated, once each.
+    assert sorted_episodes(iter([a, b])) == (a, b)
+    assert sorted_episodes([a, a, b]) == (a, b)
+    assert sorted_episodes([EnvironmentEpisode("a", 1), a]) == (a, EnvironmentEpisode("a", 1))
     assert capture_keys([a, b, a]) == ["a", "b"]

@@ -92,7 +92,7 @@ async def export_and_write(
         # Resumed before this task first ran: leave no files behind at all.
         raise _stale(checkpoint_id)
     held_or_named = hooks.live_episodes() if scope is None else scope
-    wanted = frozenset(episode for episode in held_or_named if current(episode))
+    wanted = frozenset(filter(current, held_or_named))
     # Admission stays closed until this write ends or is aborted (and an
     # aborted write never publishes), so the exported state stays quiet
     # while the worker thread serialises it.
@@ -107,7 +107,7 @@ async def export_and_write(
             store.check_envelope(episode, state)
     except ValueError as error:
         raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
-    lines = (store.envelope_line(episode, state) for episode, state in exported_states)
+    lines = store.envelope_lines(exported_states)
 
     def last_step_before_publish() -> None:
         # Read now, not when the write started: a test may add a crash meanwhile.

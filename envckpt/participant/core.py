@@ -126,6 +126,10 @@ class ParticipantCore:
         """Readiness: blockers (capped), counts and restarts, per the mode."""
         return readiness_report(self.mode, self.hooks.live_episodes(), self.fence.in_flight())
 
+    def ready(self) -> bool:
+        """``report()["ready"]`` without building the report: nothing blocks a commit."""
+        return self.mode is Mode.RESTART_ONLY or not self.fence.has_in_flight
+
     async def status(self) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
@@ -252,7 +256,7 @@ class ParticipantCore:
                     self._open,
                     checkpoint_id,
                     phase=self.phase,
-                    ready=self.report()["ready"],
+                    ready=self.ready(),
                     scope=scope,
                 )
                 write = self._start_write(checkpoint_id, args, scope)

@@ -47,6 +47,11 @@ class AttemptFence:
     def in_flight(self) -> frozenset[EnvironmentEpisode]:
         return frozenset(self._in_flight)
 
+    @property
+    def has_in_flight(self) -> bool:
+        """Whether any call is in flight (``in_flight()`` without the copy)."""
+        return bool(self._in_flight)
+
     def is_current(self, episode: EnvironmentEpisode) -> bool:
         """Whether ``episode`` may still act (not retired, not superseded)."""
         mark = self._marks.get(episode.rollout_id)

@@ -153,17 +153,18 @@ async def test_the_lines_are_encoded_off_the_event_loop(
 ) -> None:
     """Encoding happens in the writer's thread, so a large export never blocks the loop."""
     threads: list[bool] = []
-    real = store.envelope_line
+    real = store.envelope_lines
 
-    def spy(episode: EnvironmentEpisode, state: Any) -> bytes:
-        try:
-            asyncio.get_running_loop()
-            threads.append(False)
-        except RuntimeError:
-            threads.append(True)
-        return real(episode, state)
+    def spy(pairs: Any) -> Any:
+        for line in real(pairs):
+            try:
+                asyncio.get_running_loop()
+                threads.append(False)
+            except RuntimeError:
+                threads.append(True)
+            yield line
 
-    monkeypatch.setattr(store, "envelope_line", spy)
+    monkeypatch.setattr(store, "envelope_lines", spy)
     hooks = JsonStateHooks("agent")
     hooks.put(ep("r1"))
     hooks.put(ep("r2"))

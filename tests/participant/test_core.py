@@ -354,6 +354,17 @@ async def test_restart_only_commits_while_its_restarts_are_in_flight(
     await turn.finish()
 
 
+@pytest.mark.parametrize("mode", ["export_restore", "restart_only", "stateless"])
+async def test_ready_says_what_the_report_says(clock: FakeClock, mode: str) -> None:
+    """ready() agrees with report()["ready"], with and without a call in flight."""
+    core = make_core(clock, NoState(), mode=mode)
+    assert core.ready() is core.report()["ready"] is True
+    turn = await Turn.start(core, ep("c"))
+    assert core.ready() is core.report()["ready"] is (mode == "restart_only")
+    await turn.finish()
+    assert core.ready() is core.report()["ready"] is True
+
+
 async def test_stateless_waits_only_for_in_flight(clock: FakeClock) -> None:
     """A stateless participant ignores parked live episodes and waits for in-flight ones."""
     hooks = NoState()

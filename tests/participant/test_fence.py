@@ -77,8 +77,10 @@ def test_in_flight_counts_each_call_until_it_leaves() -> None:
     fence.admitted(ep("r"))
     fence.left(ep("r"))
     assert fence.in_flight() == {ep("r")}
+    assert fence.has_in_flight
     fence.left(ep("r"))
     assert fence.in_flight() == frozenset()
+    assert not fence.has_in_flight
 
 
 def test_leaving_without_being_admitted_changes_nothing() -> None:

@@ -20,7 +20,7 @@ Call order (every function is synchronous; the participant core runs them via
     records = (to_record(episode, state) for episode, state in exported)
     manifest = write_checkpoint(checkpoint_dir, kind=..., instance=...,
                                 checkpoint_id=..., records=records)
-    lines = (envelope_line(episode, state) for episode, state in exported)
+    lines = envelope_lines(exported)          # envelope_line of each, lazily
     manifest = write_checkpoint(..., lines=lines)
     # restore: validate everything before installing anything
     manifest = read_manifest(checkpoint_dir, kind=..., instance=...,
@@ -55,6 +55,7 @@ from envckpt.ids import validate_checkpoint_id
 from envckpt.participant.store.envelope import (
     check_envelope,
     envelope_line,
+    envelope_lines,
     from_record,
     to_record,
 )
@@ -70,7 +71,7 @@ from envckpt.participant.store.layout import (
     records_file_name,
     refuse_published,
 )
-from envckpt.participant.store.lines import encode_record
+from envckpt.participant.store.lines import encode_record, encode_records
 from envckpt.participant.store.manifest import (
     Manifest,
     canonical_extras,
@@ -97,7 +98,9 @@ __all__ = [
     "Manifest",
     "check_envelope",
     "encode_record",
+    "encode_records",
     "envelope_line",
+    "envelope_lines",
     "from_record",
     "iter_records",
     "participant_dir",
@@ -126,7 +129,7 @@ def write_checkpoint(
     """Write ``records`` and then publish the manifest; return the manifest.
 
     Either ``records`` (mappings, encoded here) or ``lines`` (records already
-    encoded by ``encode_record`` or ``envelope_line``), consumed once,
+    encoded by ``encode_record(s)`` or ``envelope_line(s)``), consumed once,
     streaming. ``before_publish`` runs after the records file has its final
     name and before the manifest is linked (a crash hook for tests); if it
     raises, nothing is published.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -63,6 +63,23 @@ def encode_record(record: Mapping[str, Any]) -> bytes:
         # A real null, or a NaN or Infinity orjson wrote as null.
         _STDLIB_ENCODER.encode(plain)
     return line
+
+
+def encode_records(records: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
+    """``encode_record`` of each record, lazily: one loop, no call per record but the encoder's."""
+    dumps, options, nulls = orjson.dumps, _ORJSON_OPTIONS, _NULL.search
+    for record in records:
+        if type(record) is not dict:
+            yield encode_record(record)
+            continue
+        try:
+            line = dumps(record, option=options)
+        except TypeError:  # as in encode_record: the standard library writes or refuses it
+            yield _STDLIB_ENCODER.encode(record).encode("ascii")
+            continue
+        if nulls(line) is not None:
+            _STDLIB_ENCODER.encode(record)  # raises for NaN or Infinity
+        yield line
 
 
 def decode_record(line: bytes, *, line_no: int, where: str) -> dict[str, Any]:

@@ -107,6 +107,38 @@ def test_envelope_line_is_the_records_line(state: dict[str, Any]) -> None:
     assert store.envelope_line(episode, state) == store.encode_record(to_record(episode, state))
 
 
+def test_envelope_lines_are_envelope_line_of_each_pair() -> None:
+    """The lazy many-pair form writes exactly envelope_line's bytes, in order."""
+    pairs = [
+        (EnvironmentEpisode("r1", 0), {"turn": 1, "none": None}),
+        (EnvironmentEpisode("r2", 4), {"n": 2**70, "text": "é"}),
+        (EnvironmentEpisode("r3", 0), {}),
+    ]
+    assert list(store.envelope_lines(pairs)) == [store.envelope_line(e, s) for e, s in pairs]
+
+
+def test_envelope_lines_refuse_nan_when_reached() -> None:
+    """A NaN in any state is refused by the lazy form too, at that state."""
+    pairs = [
+        (EnvironmentEpisode("r1", 0), {"ok": 1}),
+        (EnvironmentEpisode("r2", 0), {"x": float("nan")}),
+    ]
+    lines = store.envelope_lines(pairs)
+    assert next(lines) == store.envelope_line(*pairs[0])
+    with pytest.raises(ValueError):
+        next(lines)
+
+
+def test_check_envelope_accepts_plain_and_other_mappings() -> None:
+    """A dict and a read-only mapping without an episode_id field both pass."""
+    from types import MappingProxyType
+
+    store.check_envelope(EnvironmentEpisode("r1", 0), {"turn": 1})
+    store.check_envelope(EnvironmentEpisode("r1", 0), MappingProxyType({"turn": 1}))
+    with pytest.raises(ValueError):
+        store.check_envelope(EnvironmentEpisode("r1", 0), MappingProxyType({"episode_id": 1}))
+
+
 def test_envelope_line_refuses_nan() -> None:
     """A NaN in a state is refused on the envelope's fast path too."""
     with pytest.raises(ValueError):

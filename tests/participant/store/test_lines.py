@@ -95,3 +95,30 @@ def test_decoding_refuses_what_is_not_one_json_object() -> None:
 def test_decoding_keeps_big_integers_exact() -> None:
     """An integer beyond 64 bits comes back as that integer, not a float."""
     assert decode_record(b'{"n":1180591620717411303424}', line_no=1, where="x") == {"n": 2**70}
+
+
+def test_encode_records_writes_what_encode_record_writes_for_each() -> None:
+    """The lazy loop gives encode_record's bytes for plain, fallback and mapping records."""
+    from types import MappingProxyType
+
+    records: list[Any] = [
+        {"zeta": 1, "none": None, "text": "é\n"},
+        {"big": 2**70},
+        {1: "int key"},
+        MappingProxyType({"a": [1, 2]}),
+        {"colour": Colour.RED},
+    ]
+    assert list(lines.encode_records(records)) == [encode_record(r) for r in records]
+
+
+@pytest.mark.parametrize("bad", [{"x": float("nan")}, {"x": [None, float("inf")]}])
+def test_encode_records_refuses_nan_and_infinity(bad: dict[str, Any]) -> None:
+    """A non-finite float is refused by the lazy loop as by encode_record."""
+    with pytest.raises(ValueError):
+        list(lines.encode_records([{"ok": 1}, bad]))
+
+
+def test_encode_records_refuses_what_encode_record_refuses() -> None:
+    """A value no encoder writes is the same TypeError."""
+    with pytest.raises(TypeError):
+        list(lines.encode_records([{"x": object()}]))
