@@ -206,7 +206,7 @@ class ParticipantCore:
             self._changed.clear()
             if self.checkpoint_id != checkpoint_id or self.phase is not Phase.PREPARING:
                 return  # resumed (aborted) meanwhile
-            if self.report()["ready"]:
+            if self.ready():
                 return
             if not await self.clock.wait_for_event(self._changed, deadline_ts):
                 return

@@ -186,3 +186,34 @@ def test_a_filtered_transition_builds_no_event(monkeypatch: pytest.MonkeyPatch) 
         assert built == ["transition"]
     finally:
         structlog.configure(**saved)
+
+
+@pytest.mark.parametrize("table", ALL_TABLES, ids=lambda table: table.name)
+def test_transitions_runs_each_table_with_state_changes_only(table: MachineTable[Any]) -> None:
+    """Every bound table's transitions are the lean state-change kind, with nothing
+    registered that the stock Transition.execute would have run."""
+    from envckpt.machines.binding import _declares_only_state_changes, _StateChange
+
+    machine = bind(table)._machine
+    rows = [t for event in machine.events.values() for ts in event.transitions.values() for t in ts]
+    assert rows and all(isinstance(t, _StateChange) for t in rows)
+    assert _declares_only_state_changes(machine)
+
+
+def test_a_table_machine_with_a_callback_is_refused() -> None:
+    """Had anything registered a callback or condition, the check run at build time sees it."""
+    from envckpt.machines.binding import _declares_only_state_changes
+
+    machine = bind(PARTICIPANT_PHASES)._machine
+    machine.before_state_change.append(lambda event: None)
+    try:
+        assert not _declares_only_state_changes(machine)
+    finally:
+        machine.before_state_change.clear()
+    transition = next(iter(machine.events["prepare"].transitions.values()))[0]
+    transition.conditions.append(object())
+    try:
+        assert not _declares_only_state_changes(machine)
+    finally:
+        transition.conditions.clear()
+    assert _declares_only_state_changes(machine)
