@@ -64,7 +64,9 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 @contextmanager
 def _logging(variant: str, log_path: Path) -> Iterator[None]:
     saved_config, saved_logger = structlog.get_config(), binding._LOG
-    with open(log_path, "a") as sink:
+    # Unbuffered, appending: the file ``logs.configure(path=...)`` opens, closed
+    # after the run rather than kept for the process.
+    with open(log_path, "ab", buffering=0) as sink:
         if variant in ("on", "events"):
             logs.configure(json=True, level="info", stream=sink)
         else:
