@@ -93,18 +93,23 @@ class _Resolved:
             and self.context_class is config.default_context_class
         )
 
+    def allows(self, level: str) -> bool:
+        """Whether the logger's level lets an event at ``level`` through."""
+        # Asked of the class: the generic BoundLogger makes any attribute a
+        # logging method, and "calling" is_enabled_for there would log it.
+        check = getattr(type(self.logger), "is_enabled_for", None)
+        # A wrapper class that cannot say (not a filtering one) decides per call.
+        return True if check is None else bool(check(self.logger, _LEVELS[level]))
+
     def emitter(self, level: str) -> Callable[..., None] | None:
         """What logs an event at ``level``, or None when the logger's level filters it."""
-        logger = self.logger
-        check = getattr(logger, "is_enabled_for", None)
         emit: Callable[..., None] | None
-        # A wrapper class that cannot say (not a filtering one) decides per call.
-        if check is not None and not check(_LEVELS[level]):
+        if not self.allows(level):
             emit = None
-        elif type(logger) in _FILTERING:
-            emit = _processing(logger, level)
+        elif type(self.logger) in _FILTERING:
+            emit = _processing(self.logger, level)
         else:
-            emit = getattr(logger, level)
+            emit = getattr(self.logger, level)
         self.emitters[level] = emit
         return emit
 
@@ -149,9 +154,7 @@ class EnvckptLogger:
     def is_enabled_for(self, level: str) -> bool:
         """Whether an event at ``level`` would go anywhere (skip building costly fields)."""
         if _STRUCTLOG.is_configured:
-            check = getattr(self._structlog().logger, "is_enabled_for", None)
-            # A wrapper class that cannot say (not a filtering one) decides per call.
-            return True if check is None else bool(check(_LEVELS[level]))
+            return self._structlog().allows(level)
         return self._stdlib.isEnabledFor(_LEVELS[level])
 
     def enabled(self, level: str) -> Callable[..., None] | None:
