@@ -328,7 +328,7 @@ def _iso_utc(seconds: float) -> str:
     if whole != cached:
         text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _last_second = (whole, text)
-    return f"{text}.{micros:06d}Z" if micros else f"{text}Z"
+    return "%s.%06dZ" % (text, micros) if micros else text + "Z"  # noqa: UP031 - faster
 
 
 _JSON_LINE = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
