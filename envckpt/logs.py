@@ -12,15 +12,17 @@ The library never configures output. Every module logs through
   is printed unless the host configures stdlib logging, and a level the host
   filters out costs one ``isEnabledFor`` check.
 
-Each logger keeps the structlog logger it resolved, and resolves again only
-when structlog's configuration changes (another wrapper class, logger
-factory, context class or processors list), so an event costs what its
-processors cost; ``is_enabled_for`` asks a filtering logger for its level,
-so a caller can skip building fields no one will see.
+Each logger keeps the structlog logger it resolved, and what ``enabled``
+answered for each level, until structlog's configuration changes (another
+wrapper class, logger factory, context class or processors list object;
+checked by identity on structlog's configuration object at every call), so
+an event costs what its processors cost; ``enabled`` gives None for a level
+the logger filters, so a caller can skip building fields no one will see.
 
 ``configure`` is the one-line recipe for a program that wants envckpt's
 events (the demo and the servers it starts use it); JSON lines are rendered
-by orjson::
+by orjson, to bytes written in one system call each when the file is
+binary (as ``path=`` opens it)::
 
     from envckpt import logs
     logs.configure(json=True, level="INFO", path="run/events.jsonl")
