@@ -104,15 +104,22 @@ class _Resolved:
         return True if check is None else bool(check(self.logger, _LEVELS[level]))
 
     def emitter(self, level: str) -> Callable[..., None] | None:
-        """What logs an event at ``level``, or None when the logger's level filters it."""
+        """What logs an event at ``level``, or None when the logger's level filters it.
+
+        Kept for the next call only under structlog's filtering wrapper classes,
+        whose level is fixed; another (stdlib's BoundLogger) may follow a level
+        the host changes at any time, so it is asked again at every call.
+        """
+        filtering = type(self.logger) in _FILTERING
         emit: Callable[..., None] | None
         if not self.allows(level):
             emit = None
-        elif type(self.logger) in _FILTERING:
+        elif filtering:
             emit = _processing(self.logger, level)
         else:
             emit = getattr(self.logger, level)
-        self.emitters[level] = emit
+        if filtering:
+            self.emitters[level] = emit
         return emit
 
 

@@ -425,3 +425,27 @@ def test_console_lines_to_a_path_are_text(tmp_path: Path) -> None:
     )
     [line] = path.read_text().splitlines()
     assert "transition" in line and "machine=m" in line and "[info" in line
+
+
+def test_a_stdlib_level_changed_by_the_host_is_followed(restored_structlog: None) -> None:
+    """Under structlog's stdlib BoundLogger, enabled() follows the stdlib logger's level
+    as the host changes it; it is not kept like a filtering logger's answer."""
+    import logging
+
+    structlog.configure(
+        processors=[structlog.processors.KeyValueRenderer()],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+    )
+    stdlib = logging.getLogger("envckpt.tests.stdlib")
+    saved = stdlib.level
+    try:
+        log = logs.get_logger("envckpt.tests.stdlib")
+        stdlib.setLevel(logging.WARNING)
+        assert log.enabled("info") is None
+        stdlib.setLevel(logging.INFO)
+        assert log.enabled("info") is not None
+        stdlib.setLevel(logging.WARNING)
+        assert log.enabled("info") is None
+    finally:
+        stdlib.setLevel(saved)
