@@ -45,15 +45,28 @@ from typing import IO, Any, TextIO, cast
 
 import orjson
 import structlog
-from structlog._config import _CONFIG
 
 ROOT = "envckpt"
 # The library's stdlib loggers stay silent unless the host adds handlers.
 logging.getLogger(ROOT).addHandler(logging.NullHandler())
 
-# structlog's configuration object: read at every event, where ``get_config()``
-# would build a dict each time. configure() assigns its attributes in place.
-_STRUCTLOG = _CONFIG
+
+class _ConfigView:
+    """structlog's configuration read through ``get_config()``, with the attribute
+    names of its configuration object: for a structlog without that object."""
+
+    @property
+    def is_configured(self) -> bool:
+        return structlog.is_configured()
+
+    def __getattr__(self, name: str) -> Any:
+        return structlog.get_config()[name.removeprefix("default_")]
+
+
+# structlog's configuration object, read at every event where ``get_config()``
+# would build a dict each time (configure() assigns its attributes in place);
+# a structlog that no longer has it is read through get_config().
+_STRUCTLOG: Any = getattr(getattr(structlog, "_config", None), "_CONFIG", None) or _ConfigView()
 
 _LEVELS = {
     "debug": logging.DEBUG,

@@ -449,3 +449,25 @@ def test_a_stdlib_level_changed_by_the_host_is_followed(restored_structlog: None
         assert log.enabled("info") is None
     finally:
         stdlib.setLevel(saved)
+
+
+def test_without_structlogs_config_object_the_config_is_read_through_get_config(
+    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback view reads what structlog's object holds, and loggers still follow a
+    reconfiguration through it."""
+    view = logs._ConfigView()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
+    for part in (
+        "is_configured",
+        "default_processors",
+        "default_wrapper_class",
+        "logger_factory",
+        "default_context_class",
+    ):
+        assert getattr(view, part) is getattr(structlog._config._CONFIG, part), part
+    monkeypatch.setattr(logs, "_STRUCTLOG", view)
+    log = logs.get_logger("envckpt.tests.view")
+    assert log.enabled("info") is not None
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    assert log.enabled("info") is None
