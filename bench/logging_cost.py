@@ -7,8 +7,13 @@ fires and logs). Checkpoints go to tmpfs (``/dev/shm`` when there is one),
 so disk flushes do not drown what is measured. Three variants, interleaved,
 each run being ``cycles`` cycles:
 
-* ``on``: INFO, JSON lines to a file, with envckpt's own recipe
-  (``logs.configure(json=True, level="info")``), as a deployment logs;
+* ``on``: INFO, JSON lines to a file in ``workdir`` (a real disk, not
+  tmpfs), with envckpt's own recipe as a deployment logs:
+  ``logs.configure(json=True, level="info", path=...)`` opens the file
+  unbuffered for appending, and the run passes the same kind of file as
+  ``stream=`` so it can close it afterwards (``path=`` keeps its file open
+  for the process). Every event goes through the configured processors and
+  is written to the OS, one system call, before the call returns;
 * ``off``: structlog filtered at WARNING, how logging is turned off;
 * ``absent``: the binding's logger replaced by one whose methods do nothing
   (no structlog at all), to show what a filtered call still costs.
@@ -17,7 +22,10 @@ each run being ``cycles`` cycles:
 runs entirely here, its write thread included, so CPU time is its cost, and
 a busy machine distorts it far less than wall time; wall times are kept too).
 
-    cpu, wall, events = run(workdir, rounds=40, cycles=3)
+Single rounds swing by tens of percent on a shared machine, so the figure
+is the median of many paired rounds (400 in ``--quick``, 800 in full).
+
+    cpu, wall, events = run(workdir, rounds=400, cycles=3)
 """
 
 from __future__ import annotations
@@ -64,7 +72,9 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 @contextmanager
 def _logging(variant: str, log_path: Path) -> Iterator[None]:
     saved_config, saved_logger = structlog.get_config(), binding._LOG
-    with open(log_path, "a") as sink:
+    # Unbuffered, appending: the file ``logs.configure(path=...)`` opens, closed
+    # after the run rather than kept for the process.
+    with open(log_path, "ab", buffering=0) as sink:
         if variant in ("on", "events"):
             logs.configure(json=True, level="info", stream=sink)
         else:

@@ -12,15 +12,17 @@ The library never configures output. Every module logs through
   is printed unless the host configures stdlib logging, and a level the host
   filters out costs one ``isEnabledFor`` check.
 
-Each logger keeps the structlog logger it resolved, and resolves again only
-when structlog's configuration changes (another wrapper class, logger
-factory, context class or processors list), so an event costs what its
-processors cost; ``is_enabled_for`` asks a filtering logger for its level,
-so a caller can skip building fields no one will see.
+Each logger keeps the structlog logger it resolved, and what ``enabled``
+answered for each level, until structlog's configuration changes (another
+wrapper class, logger factory, context class or processors list object;
+checked by identity on structlog's configuration object at every call), so
+an event costs what its processors cost; ``enabled`` gives None for a level
+the logger filters, so a caller can skip building fields no one will see.
 
 ``configure`` is the one-line recipe for a program that wants envckpt's
 events (the demo and the servers it starts use it); JSON lines are rendered
-by orjson::
+by orjson, to bytes written in one system call each when the file is
+binary (as ``path=`` opens it)::
 
     from envckpt import logs
     logs.configure(json=True, level="INFO", path="run/events.jsonl")
@@ -30,6 +32,7 @@ by orjson::
 
 from __future__ import annotations
 
+import io
 import json as _json
 import logging
 import math
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO, cast
 
 import orjson
 import structlog
@@ -47,6 +50,24 @@ ROOT = "envckpt"
 # The library's stdlib loggers stay silent unless the host adds handlers.
 logging.getLogger(ROOT).addHandler(logging.NullHandler())
 
+
+class _ConfigView:
+    """structlog's configuration read through ``get_config()``, with the attribute
+    names of its configuration object: for a structlog without that object."""
+
+    @property
+    def is_configured(self) -> bool:
+        return structlog.is_configured()
+
+    def __getattr__(self, name: str) -> Any:
+        return structlog.get_config()[name.removeprefix("default_")]
+
+
+# structlog's configuration object, read at every event where ``get_config()``
+# would build a dict each time (configure() assigns its attributes in place);
+# a structlog that no longer has it is read through get_config().
+_STRUCTLOG: Any = getattr(getattr(structlog, "_config", None), "_CONFIG", None) or _ConfigView()
+
 _LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -54,6 +75,87 @@ _LEVELS = {
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
+# structlog's filtering wrapper classes (one per level, made once and cached
+# by structlog): their methods are known, so an event may skip a step of them.
+_FILTERING = frozenset(
+    structlog.make_filtering_bound_logger(level) for level in (logging.NOTSET, *_LEVELS.values())
+)
+
+
+class _Resolved:
+    """The structlog logger made under one configuration, and its emitter per level."""
+
+    __slots__ = ("context_class", "emitters", "factory", "logger", "processors", "wrapper")
+
+    def __init__(self, config: Any, logger: Any) -> None:
+        # The parts themselves, not their ids: a list freed and another made at
+        # the same address must not pass for the old one.
+        self.processors = config.default_processors
+        self.wrapper = config.default_wrapper_class
+        self.factory = config.logger_factory
+        self.context_class = config.default_context_class
+        self.logger = logger
+        self.emitters: dict[str, Callable[..., None] | None] = {}
+
+    def holds(self, config: Any) -> bool:
+        """Whether structlog is still configured as when this logger was made."""
+        # The processors list is the same object when capture_logs swaps its
+        # contents, and bound loggers see those in place.
+        return (
+            self.processors is config.default_processors
+            and self.wrapper is config.default_wrapper_class
+            and self.factory is config.logger_factory
+            and self.context_class is config.default_context_class
+        )
+
+    def allows(self, level: str) -> bool:
+        """Whether the logger's level lets an event at ``level`` through."""
+        # Asked of the class: the generic BoundLogger makes any attribute a
+        # logging method, and "calling" is_enabled_for there would log it.
+        check = getattr(type(self.logger), "is_enabled_for", None)
+        # A wrapper class that cannot say (not a filtering one) decides per call.
+        return True if check is None else bool(check(self.logger, _LEVELS[level]))
+
+    def emitter(self, level: str) -> Callable[..., None] | None:
+        """What logs an event at ``level``, or None when the logger's level filters it.
+
+        Kept for the next call only under structlog's filtering wrapper classes,
+        whose level is fixed; another (stdlib's BoundLogger) may follow a level
+        the host changes at any time, so it is asked again at every call.
+        """
+        filtering = type(self.logger) in _FILTERING
+        emit: Callable[..., None] | None
+        if not self.allows(level):
+            emit = None
+        elif filtering:
+            emit = _processing(self.logger, level)
+        else:
+            emit = getattr(self.logger, level)
+        if filtering:
+            self.emitters[level] = emit
+        return emit
+
+
+def _processing(logger: Any, level: str) -> Callable[..., None]:
+    """``logger.<level>`` of a structlog filtering logger, one step shorter.
+
+    Its method calls ``_proxy_to_logger(level, event, **fields)``, which runs
+    ``_process_event`` (context, fields, the configured processors) and hands
+    the result to the wrapped logger's method, an event dropped by a processor
+    (``DropEvent``) going nowhere. So does this, without re-packing the fields
+    twice on the way (``_process_event`` is structlog's hook for wrapper classes).
+    """
+    process = logger._process_event
+    write = getattr(logger._logger, level)
+
+    def emit(event: str, **fields: Any) -> None:
+        try:
+            args, kwargs = process(level, event, fields)
+        except structlog.DropEvent:
+            return
+        write(*args, **kwargs)
+
+    return emit
 
 
 class EnvckptLogger:
@@ -65,8 +167,7 @@ class EnvckptLogger:
         self._name = name
         self._context = context or {}
         self._stdlib = logging.getLogger(name)
-        # (structlog configuration key, the structlog logger made under it)
-        self._resolved: tuple[tuple[Any, ...], Any] | None = None
+        self._resolved: _Resolved | None = None
 
     def bind(self, **fields: Any) -> EnvckptLogger:
         """A logger whose every event carries ``fields`` too."""
@@ -74,39 +175,30 @@ class EnvckptLogger:
 
     def is_enabled_for(self, level: str) -> bool:
         """Whether an event at ``level`` would go anywhere (skip building costly fields)."""
-        if structlog.is_configured():
-            check = getattr(self._structlog(), "is_enabled_for", None)
-            # A wrapper class that cannot say (not a filtering one) decides per call.
-            return True if check is None else bool(check(_LEVELS[level]))
+        if _STRUCTLOG.is_configured:
+            return self._structlog().allows(level)
         return self._stdlib.isEnabledFor(_LEVELS[level])
 
     def enabled(self, level: str) -> Callable[..., None] | None:
         """What logs an event at ``level`` (``emit(event, **fields)``), or None when it
-        would go nowhere: the check and the call resolve the logger once."""
-        if not structlog.is_configured() or self._context:
+        would go nowhere: the check and the call resolve the logger once, and the
+        answer is kept until structlog's configuration changes."""
+        if not _STRUCTLOG.is_configured or self._context:
             return getattr(self, level) if self.is_enabled_for(level) else None
-        logger = self._structlog()
-        check = getattr(logger, "is_enabled_for", None)
-        if check is not None and not check(_LEVELS[level]):
-            return None
-        method: Callable[..., None] = getattr(logger, level)
-        return method
+        resolved = self._structlog()
+        try:
+            return resolved.emitters[level]
+        except KeyError:
+            return resolved.emitter(level)
 
-    def _structlog(self) -> Any:
+    def _structlog(self) -> _Resolved:
         """The structlog logger for this name under the current configuration."""
-        config = structlog.get_config()
-        # Identity of each part: the processors list is the same object when
-        # capture_logs swaps its contents, and bound loggers see those in place.
-        key = (
-            id(config["processors"]),
-            config["wrapper_class"],
-            config["logger_factory"],
-            config["context_class"],
-        )
         resolved = self._resolved
-        if resolved is None or resolved[0] != key:
-            resolved = self._resolved = (key, structlog.get_logger(self._name).bind())
-        return resolved[1]
+        if resolved is None or not resolved.holds(_STRUCTLOG):
+            resolved = self._resolved = _Resolved(
+                _STRUCTLOG, structlog.get_logger(self._name).bind()
+            )
+        return resolved
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit("debug", event, fields)
@@ -124,8 +216,8 @@ class EnvckptLogger:
         self._emit("error", event, {**fields, "exc_info": True})
 
     def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        if structlog.is_configured():
-            getattr(self._structlog(), level)(event, **self._context, **fields)
+        if _STRUCTLOG.is_configured:
+            getattr(self._structlog().logger, level)(event, **self._context, **fields)
             return
         numeric = _LEVELS[level]
         if not self._stdlib.isEnabledFor(numeric):
@@ -148,32 +240,73 @@ def configure(
     json: bool = False,
     level: str = "info",
     path: str | Path | None = None,
-    stream: TextIO | None = None,
+    stream: IO[str] | IO[bytes] | None = None,
 ) -> None:
     """Print envckpt's events: JSON lines or console text, at ``level`` and above.
 
     ``path`` appends to a file (one JSON object per line with ``json=True``);
-    otherwise ``stream`` (default stderr). For programs, never for libraries:
-    it configures structlog for the whole process.
+    otherwise ``stream`` (default stderr), text or binary. For programs, never
+    for libraries: it configures structlog for the whole process.
+
+    Every event reaches the OS before the call returns (a killed process
+    loses no line it logged). JSON lines to a binary file (``path`` opens one,
+    unbuffered) are rendered to bytes and written in one system call each.
     """
     if level.lower() not in _LEVELS:
         raise ValueError(f"unknown level {level!r}; one of {sorted(_LEVELS)}")
-    renderer: Any = (
-        structlog.processors.JSONRenderer(serializer=_orjson_text, default=str)
-        if json
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    output: TextIO = (
-        Path(path).open("a", buffering=1)  # noqa: SIM115 - lives as long as the process
-        if path is not None
-        else (stream or sys.stderr)
-    )
+    if json and path is not None:
+        stream = Path(path).open("ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+    elif path is not None:
+        stream = Path(path).open("a", buffering=1)  # noqa: SIM115 - as above
+    output = stream or sys.stderr
+    renderer: Any
+    factory: Any
+    if json and isinstance(output, io.RawIOBase | io.BufferedIOBase):
+        renderer, factory = _json_line, _LineWriter(cast("IO[bytes]", output)).factory
+    else:
+        renderer = (
+            structlog.processors.JSONRenderer(serializer=_orjson_text, default=str)
+            if json
+            else structlog.dev.ConsoleRenderer(colors=False)
+        )
+        factory = structlog.WriteLoggerFactory(file=cast("TextIO", output))
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, _stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
-        logger_factory=structlog.WriteLoggerFactory(file=output),
+        logger_factory=factory,
         cache_logger_on_first_use=False,
     )
+
+
+class _LineWriter:
+    """structlog's wrapped logger for a binary file: each rendered line (bytes,
+    newline included) in one write, flushed, so it is in the OS when the call
+    returns; no lock, as one write to a file opened for appending is one
+    append, whole."""
+
+    __slots__ = ("_file", "_flush", "_write")
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self._file = file
+        self._write = file.write
+        # A raw file has no buffer to flush; a buffered one must reach the OS.
+        self._flush = None if isinstance(file, io.RawIOBase) else file.flush
+
+    def factory(self, *args: Any) -> _LineWriter:
+        """structlog's ``logger_factory``: every logger writes to this one file."""
+        return self
+
+    def msg(self, line: bytes) -> None:
+        written = self._write(line)
+        # A raw write may take part of a line (a signal, a full pipe): write the rest.
+        while written is not None and written < len(line):
+            line = line[written:]
+            written = self._write(line)
+        if self._flush is not None:
+            self._flush()
+
+    log = debug = info = warn = warning = msg
+    fatal = failure = err = error = critical = exception = msg
 
 
 # What structlog's add_log_level writes for a method name that is not a level.
@@ -217,7 +350,19 @@ def _iso_utc(seconds: float) -> str:
     if whole != cached:
         text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
         _last_second = (whole, text)
-    return f"{text}.{micros:06d}Z" if micros else f"{text}Z"
+    return "%s.%06dZ" % (text, micros) if micros else text + "Z"  # noqa: UP031 - faster
+
+
+_JSON_LINE = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+
+
+def _json_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> bytes:
+    """The event as one JSON line in bytes (what ``_orjson_text`` writes, encoded,
+    with its newline), for a binary file."""
+    try:
+        return orjson.dumps(event, default=str, option=_JSON_LINE)
+    except TypeError:
+        return (_json.dumps(event, default=str) + "\n").encode()
 
 
 def _orjson_text(event: Any, **options: Any) -> str:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
+import signal
 import subprocess
 import sys
+from collections import OrderedDict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -215,3 +220,254 @@ def test_enabled_gives_the_emitter_or_none() -> None:
         ]
     finally:
         structlog.configure(**saved)
+
+
+@pytest.fixture
+def restored_structlog() -> Iterator[None]:
+    """structlog's configuration as it was before the test, afterwards."""
+    saved, configured = structlog.get_config(), structlog.is_configured()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        if not configured:
+            structlog.reset_defaults()
+
+
+def test_enabled_keeps_its_emitter_until_structlog_is_reconfigured(
+    restored_structlog: None,
+) -> None:
+    """The same emitter while nothing changes; a new one for each changed part."""
+    structlog.configure(
+        processors=[structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(20),
+        logger_factory=structlog.ReturnLoggerFactory(),
+    )
+    log = logs.get_logger("envckpt.tests.kept")
+    first = log.enabled("info")
+    assert first is not None and log.enabled("info") is first
+    changes: list[dict[str, Any]] = [
+        {"processors": [structlog.processors.JSONRenderer()]},
+        {"logger_factory": structlog.ReturnLoggerFactory()},
+        {"context_class": type("Context", (dict,), {})},
+        {"wrapper_class": structlog.make_filtering_bound_logger(10)},
+    ]
+    for change in changes:
+        before = log.enabled("info")
+        structlog.configure(**change)
+        assert log.enabled("info") is not before, change
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    assert log.enabled("info") is None
+
+
+def _config(**parts: Any) -> SimpleNamespace:
+    base = {
+        "default_processors": [],
+        "default_wrapper_class": object,
+        "logger_factory": print,
+        "default_context_class": dict,
+    }
+    return SimpleNamespace(**{**base, **parts})
+
+
+def test_a_resolved_logger_holds_only_under_the_same_parts() -> None:
+    """Tampered: each part replaced (even by an equal list) makes the logger resolve again."""
+    config = _config()
+    resolved = logs._Resolved(config, logger=None)
+    assert resolved.holds(config)
+    config.default_processors.append(print)  # capture_logs edits the list in place
+    assert resolved.holds(config)
+    for part, value in (
+        ("default_processors", list(config.default_processors)),
+        ("default_wrapper_class", int),
+        ("logger_factory", repr),
+        ("default_context_class", OrderedDict),
+    ):
+        assert not resolved.holds(SimpleNamespace(**{**vars(config), part: value})), part
+
+
+def test_the_shorter_emitter_gives_the_processors_what_the_method_does(
+    restored_structlog: None,
+) -> None:
+    """A filtering logger's emitter: the same event dict, bound fields, method name and
+    output as ``logger.info``; a dropped event goes nowhere."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def record(logger: Any, method: str, event: Any) -> Any:
+        seen.append((method, dict(event)))
+        if event.get("drop"):
+            raise structlog.DropEvent
+        return event
+
+    structlog.configure(
+        processors=[record, structlog.processors.KeyValueRenderer(sort_keys=True)],
+        wrapper_class=structlog.make_filtering_bound_logger(20),
+        logger_factory=structlog.ReturnLoggerFactory(),
+        context_class=dict,
+    )
+    log = logs.get_logger("envckpt.tests.short")
+    emit = log.enabled("warning")
+    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
+    emit("e", a=1, b="x")
+    log._structlog().logger.warning("e", a=1, b="x")
+    assert seen[0] == seen[1] == ("warning", {"a": 1, "b": "x", "event": "e"})
+    seen.clear()
+    assert emit("e", drop=True) is None
+    assert seen == [("warning", {"drop": True, "event": "e"})]
+
+
+def test_other_wrapper_classes_get_their_own_method(restored_structlog: None) -> None:
+    """A wrapper class that is not structlog's filtering one is called as it is."""
+    structlog.configure(
+        wrapper_class=structlog.BoundLogger, logger_factory=structlog.ReturnLoggerFactory()
+    )
+    with capture_logs() as captured:
+        emit = logs.get_logger("envckpt.tests.other").enabled("info")
+        assert emit is not None and "_processing" not in getattr(emit, "__qualname__", "")
+        emit("e", a=1)
+    assert captured == [{"event": "e", "a": 1, "log_level": "info"}]
+
+
+def test_json_lines_to_a_binary_file_hold_what_text_lines_hold(restored_structlog: None) -> None:
+    """A binary stream gets bytes with the same fields, in the same order, as a text stream."""
+    text, binary = io.StringIO(), io.BytesIO()
+    lines: list[dict[str, Any]] = []
+    for stream, read in ((text, text.getvalue), (binary, binary.getvalue)):
+        logs.configure(json=True, level="info", stream=stream)
+        structlog.contextvars.bind_contextvars(request="r-1")
+        try:
+            logs.get_logger("envckpt.tests").info("transition", machine="m", n=2**70, k={1: 2})
+        finally:
+            structlog.contextvars.clear_contextvars()
+        [line] = (read() if isinstance(read(), str) else read().decode()).splitlines()
+        lines.append(json.loads(line))
+    assert isinstance(binary.getvalue(), bytes) and binary.getvalue().endswith(b"}\n")
+    assert list(lines[0]) == list(lines[1])
+    assert list(lines[1]) == ["machine", "n", "k", "event", "request", "level", "timestamp", "ts"]
+    assert lines[1]["n"] == 2**70 and lines[1]["k"] == {"1": 2}
+
+
+class _Trickle(io.RawIOBase):
+    """A raw file that takes at most ``size`` bytes a call, as a signal can cut a write."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self.data = size, bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, chunk: Any) -> int:
+        taken = bytes(chunk[: self.size])
+        self.data += taken
+        return len(taken)
+
+
+def test_a_line_cut_short_by_the_os_is_written_whole() -> None:
+    """Tampered: a raw file taking 5 bytes a call still ends up with every byte of the line."""
+    raw = _Trickle(5)
+    writer = logs._LineWriter(raw)
+    writer.info(b'{"event":"one"}\n')
+    writer.info(b'{"event":"two"}\n')
+    assert bytes(raw.data) == b'{"event":"one"}\n{"event":"two"}\n'
+    assert raw.write(b"0123456789") == 5  # the tampered file does cut
+
+
+def test_a_buffered_binary_stream_is_flushed_after_every_line() -> None:
+    """Through a BufferedWriter each line reaches the raw file before the call returns."""
+    raw = _Trickle(1 << 20)
+    buffered = io.BufferedWriter(raw, buffer_size=1 << 16)
+    logs._LineWriter(buffered).info(b'{"event":"one"}\n')
+    assert bytes(raw.data) == b'{"event":"one"}\n'
+    buffered.write(b"more")  # without the flush it would wait in the buffer
+    assert bytes(raw.data) == b'{"event":"one"}\n'
+
+
+def _killed_after_logging(setup: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal\n"
+            "from envckpt import logs\n"
+            f"{setup}\n"
+            "logs.get_logger('envckpt.transitions').info('transition', machine='m')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_line_logged_before_a_kill_is_in_the_file(tmp_path: Path) -> None:
+    """configure(json=True, path=...): the line of an event logged just before a kill -9 is
+    in the file; tampered, a buffered file loses it."""
+    path = tmp_path / "events.jsonl"
+    done = _killed_after_logging(f"logs.configure(json=True, level='info', path={str(path)!r})")
+    assert done.returncode == -signal.SIGKILL
+    [line] = path.read_text().splitlines()
+    assert json.loads(line)["machine"] == "m"
+    lost = tmp_path / "lost.jsonl"
+    done = _killed_after_logging(
+        f"logs.configure(json=True, level='info', stream=open({str(lost)!r}, 'ab'))\n"
+        "logs._LineWriter.info = lambda self, line: self._write(line)"
+    )
+    assert done.returncode == -signal.SIGKILL and lost.read_bytes() == b""
+
+
+def test_console_lines_to_a_path_are_text(tmp_path: Path) -> None:
+    """configure(path=...) without json still writes console lines, one per event."""
+    path = tmp_path / "events.log"
+    run(
+        "from envckpt import logs\n"
+        f"logs.configure(level='info', path={str(path)!r})\n"
+        "logs.get_logger('envckpt.tests').info('transition', machine='m')\n"
+    )
+    [line] = path.read_text().splitlines()
+    assert "transition" in line and "machine=m" in line and "[info" in line
+
+
+def test_a_stdlib_level_changed_by_the_host_is_followed(restored_structlog: None) -> None:
+    """Under structlog's stdlib BoundLogger, enabled() follows the stdlib logger's level
+    as the host changes it; it is not kept like a filtering logger's answer."""
+    import logging
+
+    structlog.configure(
+        processors=[structlog.processors.KeyValueRenderer()],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+    )
+    stdlib = logging.getLogger("envckpt.tests.stdlib")
+    saved = stdlib.level
+    try:
+        log = logs.get_logger("envckpt.tests.stdlib")
+        stdlib.setLevel(logging.WARNING)
+        assert log.enabled("info") is None
+        stdlib.setLevel(logging.INFO)
+        assert log.enabled("info") is not None
+        stdlib.setLevel(logging.WARNING)
+        assert log.enabled("info") is None
+    finally:
+        stdlib.setLevel(saved)
+
+
+def test_without_structlogs_config_object_the_config_is_read_through_get_config(
+    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback view reads what structlog's object holds, and loggers still follow a
+    reconfiguration through it."""
+    view = logs._ConfigView()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
+    for part in (
+        "is_configured",
+        "default_processors",
+        "default_wrapper_class",
+        "logger_factory",
+        "default_context_class",
+    ):
+        assert getattr(view, part) is getattr(structlog._config._CONFIG, part), part
+    monkeypatch.setattr(logs, "_STRUCTLOG", view)
+    log = logs.get_logger("envckpt.tests.view")
+    assert log.enabled("info") is not None
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    assert log.enabled("info") is None
