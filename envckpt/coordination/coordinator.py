@@ -16,7 +16,7 @@ Stateless between calls; every call is safe to retry with the same id.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
@@ -315,7 +315,7 @@ class Coordinator:
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
 
-        def call(member: Member) -> Awaitable[ControlReply]:
+        def call(member: Member) -> Coroutine[Any, Any, ControlReply]:
             return self._transport.request(
                 member.server_name,
                 "POST",
