@@ -280,6 +280,23 @@ async def test_check_startup_warns_about_restart_only() -> None:
     assert any(e.get("servers") == ["tools"] for e in logs)
 
 
+async def test_check_startup_fails_on_an_undiscoverable_instance_and_warns_nobody() -> None:
+    """One instance failing discovery fails startup as unavailable; no restart-only warning."""
+    from structlog.testing import capture_logs
+
+    world = World()
+    world.deployments[A] = Deployment(
+        clock=world.clock,
+        kinds=(("policy", "model", "export_restore"), ("tools", "resources", "restart_only")),
+    )
+    world.deployments[B].faults.add("unreachable", server="agent", route="status")
+    world.facade = world.make_facade()
+    with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as caught:
+        await world.facade.check_startup()
+    assert caught.value.operation == "discover" and set(caught.value.failures) == {B.instance_id}
+    assert not any("servers" in e for e in logs)
+
+
 async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
     """forget clears marks on the instance it names."""
     world = World()
