@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
-from envckpt.clock import Clock, SystemClock
+from envckpt.clock import SYSTEM_CLOCK, Clock
 from envckpt.coordination.concurrently import all_at_once
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
 from envckpt.coordination.types import (
@@ -69,7 +69,7 @@ class Coordinator:
         instance_id: str | None = None,
     ) -> None:
         self._transport = transport
-        self._clock = clock or SystemClock()
+        self._clock = clock or SYSTEM_CLOCK
         # The Gym instance this deployment is, named in the coordinator's events.
         self.instance_id = instance_id
 

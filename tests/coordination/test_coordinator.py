@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from envckpt.clock import SYSTEM_CLOCK
 from envckpt.coordination.coordinator import (
     CLEANUP_SECONDS,
     CONTROL_CONNECT_TRIES,
@@ -196,6 +197,13 @@ async def test_deployments_that_answer_alike_share_one_participants_value() -> N
     other = await Coordinator(ScriptedTransport(restart_only)).discover()
     assert other is not first and other.member("agent").mode is Mode.RESTART_ONLY
     assert other.member("policy") is first.member("policy")
+
+
+def test_coordinators_given_no_clock_share_the_system_clock() -> None:
+    """Without a clock every coordinator reads the one SYSTEM_CLOCK (no clock per instance)."""
+    transport = ScriptedTransport({"policy": status("model")})
+    first, second = Coordinator(transport), Coordinator(transport)
+    assert first.clock is SYSTEM_CLOCK and second.clock is SYSTEM_CLOCK
 
 
 # ---------------------------------------------------------------------- prepare
