@@ -68,10 +68,11 @@ class GymEnvironmentCheckpoint:
         clock: Clock | None = None,
         timeouts: CheckpointTimeouts | None = None,
     ) -> None:
-        ids = [instance.instance_id for instance in instances]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate Gym instance ids: {sorted(ids)}")
+        # Each id read once: at 100k instances every read counts.
         self._instances = {instance.instance_id: instance for instance in instances}
+        if len(self._instances) != len(instances):
+            ids = sorted(instance.instance_id for instance in instances)
+            raise ValueError(f"duplicate Gym instance ids: {ids}")
         self._inventory_source = inventory
         self._clock = clock or SystemClock()
         self.timeouts = timeouts or CheckpointTimeouts()

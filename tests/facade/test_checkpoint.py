@@ -265,6 +265,19 @@ async def test_restore_from_a_wrong_source_is_refused(tmp_path: Path) -> None:
             pass
 
 
+def test_two_instances_with_one_id_are_refused() -> None:
+    """A facade over two instances that share an id is a ValueError naming the ids."""
+    world = World()
+    deployment = world.deployments[A]
+    twins = [
+        LocalInstance(GymCheckpointAdapter(instance=A, coordination=deployment.coordinator))
+        for _ in range(2)
+    ]
+    duplicate = r"duplicate Gym instance ids: \['shard/replica-0', 'shard/replica-0'\]"
+    with pytest.raises(ValueError, match=duplicate):
+        GymEnvironmentCheckpoint(twins)
+
+
 async def test_check_startup_warns_about_restart_only() -> None:
     """Restart-only participants are reported with a warning, not refused."""
     from structlog.testing import capture_logs
