@@ -1,4 +1,4 @@
-"""Tests for envckpt.coordination.concurrently: several calls at once, n - 1 tasks."""
+"""Tests for envckpt.coordination.concurrently: calls at once, a task only where one waits."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ async def answer(value: int) -> int:
 async def fail(message: str) -> int:
     await asyncio.sleep(0)
     raise ValueError(message)
+
+
+class Stop(BaseException):
+    """Not an Exception: goes on instead of becoming a result."""
 
 
 async def test_nothing_to_call_is_an_empty_list() -> None:
@@ -53,17 +57,74 @@ async def test_the_calls_overlap() -> None:
     assert await all_at_once([meet(1), meet(2), meet(3)]) == [1, 2, 3]
 
 
-async def test_the_first_call_runs_in_the_callers_task_and_only_the_others_get_one() -> None:
-    """n calls make n - 1 tasks: the first is awaited in place."""
+async def test_calls_that_never_wait_run_in_the_callers_task_without_a_task() -> None:
+    """No call waits, so each runs in the caller's own task in turn; an error is its result."""
     caller = asyncio.current_task()
     ran_in: list[asyncio.Task[object] | None] = []
 
-    async def where() -> None:
+    async def where(value: int) -> int:
         ran_in.append(asyncio.current_task())
+        return value
 
-    await all_at_once([where(), where(), where()])
-    assert ran_in[0] is caller
-    assert caller not in ran_in[1:] and len(set(map(id, ran_in[1:]))) == 2
+    async def refuse() -> int:
+        ran_in.append(asyncio.current_task())
+        raise ValueError("at once")
+
+    tasks_before = len(asyncio.all_tasks())
+    results = await all_at_once([where(1), refuse(), where(3)])
+    assert results[0] == 1 and results[2] == 3 and isinstance(results[1], ValueError)
+    assert ran_in == [caller, caller, caller]
+    assert len(asyncio.all_tasks()) == tasks_before
+
+
+async def test_from_the_first_call_that_waits_the_rest_run_as_tasks() -> None:
+    """Calls before the first wait run in the caller's task; the waiting one stays there too."""
+    caller = asyncio.current_task()
+    ran_in: dict[str, asyncio.Task[object] | None] = {}
+
+    async def quick(name: str) -> str:
+        ran_in[name] = asyncio.current_task()
+        return name
+
+    async def waits(name: str) -> str:
+        await asyncio.sleep(0)
+        ran_in[name] = asyncio.current_task()
+        return name
+
+    results = await all_at_once([quick("a"), waits("b"), quick("c"), quick("d")])
+    assert results == ["a", "b", "c", "d"]
+    assert ran_in["a"] is caller and ran_in["b"] is caller
+    assert ran_in["c"] is not caller and ran_in["d"] is not caller
+    assert ran_in["c"] is not ran_in["d"]
+
+
+async def test_a_timeout_inside_the_waiting_call_ends_that_call_not_the_caller() -> None:
+    """asyncio.timeout in a call that waits cancels that call only: its TimeoutError is a result."""
+
+    async def stuck() -> None:
+        async with asyncio.timeout(0.01):
+            await asyncio.Event().wait()
+
+    results = await all_at_once([stuck(), answer(2), stuck()])
+    assert isinstance(results[0], TimeoutError) and isinstance(results[2], TimeoutError)
+    assert results[1] == 2
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_a_base_exception_before_any_wait_closes_the_calls_not_started() -> None:
+    """A call raising a BaseException at once goes on; the later calls are closed, never run."""
+    ran: list[str] = []
+
+    async def stop() -> None:
+        raise Stop
+
+    async def later() -> None:
+        ran.append("later")
+
+    unstarted = later()
+    with pytest.raises(Stop):
+        await all_at_once([stop(), unstarted])
+    assert ran == [] and unstarted.cr_frame is None  # closed: no "never awaited" warning
 
 
 async def test_cancelling_the_caller_cancels_the_calls_still_running() -> None:
@@ -85,10 +146,6 @@ async def test_cancelling_the_caller_cancels_the_calls_still_running() -> None:
     with pytest.raises(asyncio.CancelledError):
         await caller
     assert sorted(ended) == ["a", "b", "c"]
-
-
-class Stop(BaseException):
-    """Not an Exception: goes on instead of becoming a result."""
 
 
 async def test_a_base_exception_in_one_call_cancels_the_others_and_goes_on() -> None:
