@@ -61,6 +61,9 @@ def _wire(episodes: Iterable[EnvironmentEpisode]) -> list[dict[str, Any]]:
 class Coordinator:
     """``GymCoordination`` over a transport."""
 
+    # A trainer holds one per Gym instance: no per-object dict.
+    __slots__ = ("_clock", "_transport", "instance_id")
+
     def __init__(
         self,
         transport: ControlTransport,

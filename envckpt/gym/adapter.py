@@ -53,6 +53,9 @@ _LIFECYCLE = bind(INSTANCE_LIFECYCLE)
 class GymCheckpointAdapter:
     """Checkpoint operations for exactly one Gym deployment."""
 
+    # A trainer holds one per Gym instance: no per-object dict.
+    __slots__ = ("_coordination", "_instance", "_machine", "_owned_transport", "_participants")
+
     def __init__(
         self,
         *,
