@@ -134,11 +134,7 @@ class InProcessTransport:
             core.before_publish.remove(crash)
         if self._fault(server, route, "drop_reply"):
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
-        if (
-            status == 200
-            and route == "commit"
-            and self._fault(server, route, "corrupt_records")
-        ):
+        if status == 200 and route == "commit" and self._fault(server, route, "corrupt_records"):
             checkpoint_dir = str((body or {})["checkpoint_dir"])
             manifest = store.read_manifest(checkpoint_dir, kind=core.kind, instance=core.instance)
             corrupt_records_file(store.records_path(checkpoint_dir, manifest))
