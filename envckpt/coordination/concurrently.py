@@ -70,6 +70,11 @@ async def _finish(
                 results.append(await task)
             except Exception as error:
                 results.append(error)
+    except GeneratorExit:
+        # The caller's coroutine is being closed: no more waiting is allowed.
+        for task in others:
+            task.cancel()
+        raise
     except BaseException:
         await _cancel(others)
         raise

@@ -165,3 +165,22 @@ async def test_a_base_exception_in_one_call_cancels_the_others_and_goes_on() -> 
     with pytest.raises(Stop):
         await all_at_once([answer(1), stop(), forever(), forever()])
     assert ended == ["forever", "forever"]
+
+
+async def test_closing_the_caller_while_a_call_waits_closes_it_and_cancels_the_rest() -> None:
+    """A caller closed mid-wait (never resumed) ends its waiting call and cancels the others."""
+    ended: list[str] = []
+
+    async def forever(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(name)
+
+    caller = all_at_once([forever("first"), forever("second")])
+    caller.send(None)  # runs until the first call waits, the second now a task
+    await asyncio.sleep(0)
+    caller.close()  # no RuntimeError: nothing is awaited while closing
+    assert ended == ["first"]
+    await asyncio.sleep(0)
+    assert ended == ["first", "second"]
