@@ -47,6 +47,11 @@ class SystemClock:
         return True
 
 
+# The real clock holds no state, so one serves every caller that was given
+# none: a trainer with 100k Gym instances makes no 100k clocks.
+SYSTEM_CLOCK = SystemClock()
+
+
 class FakeClock:
     """A clock that only moves when told to.
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from envckpt.clock import FakeClock, SystemClock, remaining, validate_deadline
+from envckpt.clock import SYSTEM_CLOCK, FakeClock, SystemClock, remaining, validate_deadline
 
 
 async def test_fake_sleep_waits_for_advance() -> None:
@@ -75,3 +75,11 @@ def test_deadlines_must_be_finite_numbers() -> None:
     for bad in (math.nan, math.inf, -math.inf, True, "1", None):
         with pytest.raises(ValueError):
             validate_deadline(bad)
+
+
+def test_the_shared_system_clock_is_a_system_clock_on_wall_time() -> None:
+    """SYSTEM_CLOCK, the clock of callers given none, reads the same wall time as a new one."""
+    import time
+
+    assert type(SYSTEM_CLOCK) is SystemClock
+    assert abs(SYSTEM_CLOCK.now() - time.time()) < 5

@@ -16,14 +16,20 @@ Stateless between calls; every call is safe to retry with the same id.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
-from envckpt.clock import Clock, SystemClock
+from envckpt.clock import SYSTEM_CLOCK, Clock
+from envckpt.coordination.concurrently import all_at_once
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
-from envckpt.coordination.types import Member, Participants, PrepareResult
+from envckpt.coordination.types import (
+    Member,
+    Participants,
+    PrepareResult,
+    interned_member,
+    interned_participants,
+)
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
 from envckpt.protocol import (
@@ -55,6 +61,9 @@ def _wire(episodes: Iterable[EnvironmentEpisode]) -> list[dict[str, Any]]:
 class Coordinator:
     """``GymCoordination`` over a transport."""
 
+    # A trainer holds one per Gym instance: no per-object dict.
+    __slots__ = ("_clock", "_transport", "instance_id")
+
     def __init__(
         self,
         transport: ControlTransport,
@@ -63,7 +72,7 @@ class Coordinator:
         instance_id: str | None = None,
     ) -> None:
         self._transport = transport
-        self._clock = clock or SystemClock()
+        self._clock = clock or SYSTEM_CLOCK
         # The Gym instance this deployment is, named in the coordinator's events.
         self.instance_id = instance_id
 
@@ -77,46 +86,50 @@ class Coordinator:
         return self._transport
 
     async def discover(self) -> Participants:
+        servers = self._transport.server_names()
+        outcomes = await all_at_once([self._probe(server) for server in servers])
         members: list[Member] = []
         failures: dict[str, str] = {}
-
-        async def probe(server: str) -> None:
-            try:
-                reply = await self._transport.request(
-                    server,
-                    "GET",
-                    "status",
-                    None,
-                    timeout=DISCOVER_TIMEOUT_SECONDS,
-                    connect_tries=DISCOVER_TRIES,
-                )
-            except TransportFailure as error:
-                failures[server] = str(error)
-                return
-            if reply.status == 404:
-                return  # no control routes: not a participant
-            if reply.status != 200 or not isinstance(reply.body, Mapping):
-                failures[server] = reply.describe()
-                return
-            try:
-                kind = parse_kind(reply.body.get("kind"))
-                # Older Gym builds omit mode; they export and restore.
-                mode = parse_mode(reply.body.get("mode") or Mode.EXPORT_RESTORE)
-            except ValueError as error:
-                failures[server] = str(error)
-            else:
-                declared = parse_capabilities(reply.body.get("capabilities"))
-                stop = Capability.COMMIT_STOP in declared
-                members.append(Member(server_name=server, kind=kind, mode=mode, commit_stop=stop))
-
-        await asyncio.gather(*(probe(server) for server in self._transport.server_names()))
+        for server, outcome in zip(servers, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                raise outcome  # a bug in this process, not a failing server
+            if isinstance(outcome, str):
+                failures[server] = outcome
+            elif outcome is not None:
+                members.append(outcome)
         if failures:
             raise CoordinationError("discover", failures)
         if not any(member.kind is Kind.MODEL for member in members):
             raise CoordinationError(
                 "discover", {"deployment": "no policy model takes part in checkpoints"}
             )
-        return Participants(members=tuple(members))
+        return interned_participants(tuple(members))
+
+    async def _probe(self, server: str) -> Member | str | None:
+        """``server``'s status as a member; a failure's text; None if not a participant."""
+        try:
+            reply = await self._transport.request(
+                server,
+                "GET",
+                "status",
+                None,
+                timeout=DISCOVER_TIMEOUT_SECONDS,
+                connect_tries=DISCOVER_TRIES,
+            )
+        except TransportFailure as error:
+            return str(error)
+        if reply.status == 404:
+            return None  # no control routes: not a participant
+        if reply.status != 200 or not isinstance(reply.body, Mapping):
+            return reply.describe()
+        try:
+            kind = parse_kind(reply.body.get("kind"))
+            # Older Gym builds omit mode; they export and restore.
+            mode = parse_mode(reply.body.get("mode") or Mode.EXPORT_RESTORE)
+        except ValueError as error:
+            return str(error)
+        declared = parse_capabilities(reply.body.get("capabilities"))
+        return interned_member(server, kind, mode, commit_stop=Capability.COMMIT_STOP in declared)
 
     async def prepare(
         self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
@@ -305,7 +318,7 @@ class Coordinator:
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
 
-        def call(member: Member) -> Awaitable[ControlReply]:
+        def call(member: Member) -> Coroutine[Any, Any, ControlReply]:
             return self._transport.request(
                 member.server_name,
                 "POST",
@@ -315,23 +328,12 @@ class Coordinator:
                 connect_tries=CONTROL_CONNECT_TRIES,
             )
 
-        results: list[ControlReply | BaseException]
-        if len(members) == 1:
-            # One participant (a prepare or resume stage of one deployment):
-            # awaited in place, as gather would report it, without a task per call.
-            try:
-                results = [await call(members[0])]
-            except Exception as error:
-                results = [error]
-        else:
-            results = await asyncio.gather(*map(call, members), return_exceptions=True)
+        results = await all_at_once([call(member) for member in members])
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
         codes: dict[str, str] = {}
         for member, result in zip(members, results, strict=True):
-            if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
+            if isinstance(result, Exception):
                 failures[member.server_name] = f"{type(result).__name__}: {result}"
             elif not isinstance(result, ControlReply):
                 failures[member.server_name] = f"unexpected transport result {result!r}"

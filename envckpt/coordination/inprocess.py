@@ -52,6 +52,7 @@ class InProcessTransport:
     ) -> None:
         self._servers = dict(servers)
         self._token = edge.check_token(token)
+        self._authorization = f"Bearer {self._token}"
         self.faults = faults if faults is not None else FaultPlan()
         self.requests = 0
         # How a request reaches a participant: directly through its control
@@ -67,6 +68,11 @@ class InProcessTransport:
         if core is None:
             raise KeyError(f"{server} is not a participant")
         return core
+
+    def _fault(self, server: str, route: str, kind: str) -> bool:
+        """Whether a ``kind`` fault fires on this request (the plan is read each time)."""
+        faults = self.faults
+        return bool(faults.faults) and faults.take(server, route, kind) is not None
 
     async def _deliver(
         self,
@@ -85,7 +91,7 @@ class InProcessTransport:
             method,
             route,
             wire_body,
-            authorization=authorization or f"Bearer {self._token}",
+            authorization=authorization or self._authorization,
             token=self._token,
         )
 
@@ -103,14 +109,14 @@ class InProcessTransport:
         self.requests += 1
         if server not in self._servers:
             raise TransportFailure(f"no server named {server!r} (connection refused)")
-        if self.faults.take(server, route, "unreachable"):
+        if self._fault(server, route, "unreachable"):
             raise TransportFailure(f"{server} unreachable (connection refused)")
         core = self._servers[server]
         if core is None:
             return ControlReply(404, {"detail": "Not Found"})
-        if self.faults.take(server, route, "error"):
+        if self._fault(server, route, "error"):
             return ControlReply(500, None, raw="Internal Server Error")
-        if self.faults.take(server, route, "slow"):
+        if self._fault(server, route, "slow"):
             # The participant is too slow: the caller gives up at its timeout,
             # and the request still arrives, late, past its own deadline.
             await core.clock.wait_for_event(asyncio.Event(), core.clock.now() + timeout)
@@ -118,7 +124,7 @@ class InProcessTransport:
             late.add_done_callback(_ignore_outcome)
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
         crash = None
-        if route == "commit" and self.faults.take(server, route, "crash_before_publish"):
+        if route == "commit" and self._fault(server, route, "crash_before_publish"):
             crash = _crash_once(core)
             core.before_publish.append(crash)
         status, reply = await self._deliver(core, method, route, body, authorization)
@@ -126,13 +132,9 @@ class InProcessTransport:
             # This commit started no write (refused, or a replay of a finished
             # one): the crash must not linger and hit some later commit.
             core.before_publish.remove(crash)
-        if self.faults.take(server, route, "drop_reply"):
+        if self._fault(server, route, "drop_reply"):
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
-        if (
-            status == 200
-            and route == "commit"
-            and self.faults.take(server, route, "corrupt_records")
-        ):
+        if status == 200 and route == "commit" and self._fault(server, route, "corrupt_records"):
             checkpoint_dir = str((body or {})["checkpoint_dir"])
             manifest = store.read_manifest(checkpoint_dir, kind=core.kind, instance=core.instance)
             corrupt_records_file(store.records_path(checkpoint_dir, manifest))

@@ -13,6 +13,7 @@ adapter calls them in this order for a snapshot::
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -67,6 +68,23 @@ class Participants:
             if member.server_name == server_name:
                 return member
         raise KeyError(server_name)
+
+
+# Every instance of a deployment has the same few participants, so discovery
+# hands out one frozen value per distinct answer instead of a new one per
+# instance: at 100k instances that is 400k objects fewer for the garbage
+# collector to walk. The keys are the server names of the deployment's own
+# config and parsed kinds and modes, so the caches stay small.
+@functools.lru_cache(maxsize=4096)
+def interned_member(server_name: str, kind: Kind, mode: Mode, *, commit_stop: bool) -> Member:
+    """``Member(...)`` of these fields, the same object each time they repeat."""
+    return Member(server_name=server_name, kind=kind, mode=mode, commit_stop=commit_stop)
+
+
+@functools.lru_cache(maxsize=1024)
+def interned_participants(members: tuple[Member, ...]) -> Participants:
+    """``Participants(members)``, the same object each time ``members`` repeat."""
+    return Participants(members=members)
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,10 +68,11 @@ class GymEnvironmentCheckpoint:
         clock: Clock | None = None,
         timeouts: CheckpointTimeouts | None = None,
     ) -> None:
-        ids = [instance.instance_id for instance in instances]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate Gym instance ids: {sorted(ids)}")
+        # Each id read once: at 100k instances every read counts.
         self._instances = {instance.instance_id: instance for instance in instances}
+        if len(self._instances) != len(instances):
+            ids = sorted(instance.instance_id for instance in instances)
+            raise ValueError(f"duplicate Gym instance ids: {ids}")
         self._inventory_source = inventory
         self._clock = clock or SystemClock()
         self.timeouts = timeouts or CheckpointTimeouts()
@@ -125,16 +126,14 @@ class GymEnvironmentCheckpoint:
 
     async def check_startup(self) -> None:
         """Discover every instance; refuse environment participants, warn on restart-only."""
-        await self._fan_out.require("discover", lambda i: i.discover())
-        restart_only = await self._fan_out.require("discover", lambda i: i.restart_only_servers())
-        for instance_id, servers in sorted(restart_only.items()):
-            if servers:
-                logs.get_logger("envckpt.facade").warning(
-                    "restart-only participants: their rollouts restart from the task after a "
-                    "crash instead of continuing at a turn",
-                    instance_id=instance_id,
-                    servers=servers,
-                )
+        restart_only = await self._fan_out.require("discover", _discover_then_restart_only)
+        for instance_id, servers in sorted(item for item in restart_only.items() if item[1]):
+            logs.get_logger("envckpt.facade").warning(
+                "restart-only participants: their rollouts restart from the task after a "
+                "crash instead of continuing at a turn",
+                instance_id=instance_id,
+                servers=servers,
+            )
 
     async def forget(self, rollout_ids: Mapping[str, Iterable[str]]) -> None:
         """Clear retire marks of finished rollouts, per instance (outside snapshots)."""
@@ -353,3 +352,9 @@ class _CommittedSnapshot:
 
 async def _renew_with(instance: InstanceClient, *, checkpoint_id: str, deadline_ts: float) -> None:
     await instance.renew(checkpoint_id, deadline_ts=deadline_ts)
+
+
+async def _discover_then_restart_only(instance: InstanceClient) -> list[str]:
+    """Startup's one call per instance: discover it, then name its restart-only servers."""
+    await instance.discover()
+    return await instance.restart_only_servers()

@@ -73,6 +73,9 @@ class InstanceClient(Protocol):
 class LocalInstance:
     """``InstanceClient`` over an adapter in this process."""
 
+    # A trainer holds one per Gym instance: no per-object dict.
+    __slots__ = ("adapter",)
+
     def __init__(self, adapter: GymCheckpointAdapter) -> None:
         self.adapter = adapter
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from envckpt import logs
-from envckpt.clock import Clock, SystemClock
+from envckpt.clock import SYSTEM_CLOCK, Clock
 from envckpt.coordination.coordinator import CLEANUP_SECONDS, Coordinator
 from envckpt.coordination.types import GymCoordination, Participants, PrepareResult
 from envckpt.episodes import EnvironmentEpisode
@@ -52,6 +52,9 @@ _LIFECYCLE = bind(INSTANCE_LIFECYCLE)
 
 class GymCheckpointAdapter:
     """Checkpoint operations for exactly one Gym deployment."""
+
+    # A trainer holds one per Gym instance: no per-object dict.
+    __slots__ = ("_coordination", "_instance", "_machine", "_owned_transport", "_participants")
 
     def __init__(
         self,
@@ -341,7 +344,7 @@ class GymCheckpointAdapter:
         # The coordination's own clock, so cleanup deadlines are on the clock
         # the participants' deadlines are checked against (a fake one in tests).
         clock = getattr(self._coordination, "clock", None)
-        return clock if clock is not None else SystemClock()
+        return clock if clock is not None else SYSTEM_CLOCK
 
     async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
         """Reopen every participant (also aborts). On failure the state stays, so

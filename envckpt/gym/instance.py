@@ -7,7 +7,7 @@ logical instance uses the same directory; siblings never share one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envckpt.ids import validate_path_component
@@ -19,6 +19,9 @@ class GymCheckpointInstance:
 
     shard_name: str
     replica_index: int
+    # ``<shard>/replica-<i>``, made once: the trainer reads it on every call it
+    # fans out, 100k times per fan-out at 100k instances.
+    instance_id: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_path_component(self.shard_name, what="Gym checkpoint shard_name")
@@ -28,10 +31,7 @@ class GymCheckpointInstance:
             or self.replica_index < 0
         ):
             raise ValueError("Gym checkpoint replica_index must be a non-negative integer")
-
-    @property
-    def instance_id(self) -> str:
-        return f"{self.shard_name}/replica-{self.replica_index}"
+        object.__setattr__(self, "instance_id", f"{self.shard_name}/replica-{self.replica_index}")
 
     @classmethod
     def parse(cls, instance_id: str) -> GymCheckpointInstance:

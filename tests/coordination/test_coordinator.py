@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from envckpt.clock import SYSTEM_CLOCK
 from envckpt.coordination.coordinator import (
     CLEANUP_SECONDS,
     CONTROL_CONNECT_TRIES,
@@ -22,6 +24,7 @@ from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.coordination.types import Member, Participants
 from envckpt.errors import CoordinationError
 from envckpt.participant import store
+from envckpt.protocol import Kind, Mode
 
 from helpers.participant_doubles import (
     START,
@@ -152,6 +155,55 @@ async def test_discover_unreachable_fault_fails() -> None:
     with pytest.raises(CoordinationError) as caught:
         await discovered(cluster)
     assert set(caught.value.failures) == {"agent-b"}
+
+
+async def test_discover_asks_every_server_at_once() -> None:
+    """No status request waits for another's reply: each is answered only once all have arrived."""
+    arrived: list[str] = []
+    everyone = asyncio.Event()
+
+    class MeetingTransport(ScriptedTransport):
+        async def request(self, server: str, *args: Any, **kwargs: Any) -> ControlReply:
+            arrived.append(server)
+            if len(arrived) == len(self.replies):
+                everyone.set()
+            await asyncio.wait_for(everyone.wait(), 5)  # one at a time would time out here
+            return await super().request(server, *args, **kwargs)
+
+    transport = MeetingTransport(
+        {"agent": status("agent"), "policy": status("model"), "tools": status("resources")}
+    )
+    participants = await Coordinator(transport).discover()
+    assert participants.names == {"agent", "policy", "tools"}
+
+
+async def test_discover_lets_an_error_that_is_not_a_transport_failure_go_on() -> None:
+    """A bug in this process (not a failing server) is raised as it is, not named a failure."""
+    transport = ScriptedTransport({"policy": status("model"), "tools": RuntimeError("a bug")})
+    with pytest.raises(RuntimeError, match="a bug"):
+        await Coordinator(transport).discover()
+
+
+async def test_deployments_that_answer_alike_share_one_participants_value() -> None:
+    """Equal answers give the same frozen Participants object; a different answer another."""
+    replies = {"agent": status("agent"), "policy": status("model", capabilities=["commit_stop"])}
+    first = await Coordinator(ScriptedTransport(replies)).discover()
+    second = await Coordinator(ScriptedTransport(replies)).discover()
+    assert second is first
+    assert first == Participants(
+        members=(Member("policy", Kind.MODEL, commit_stop=True), Member("agent", Kind.AGENT))
+    )
+    restart_only = {**replies, "agent": status("agent", mode="restart_only")}
+    other = await Coordinator(ScriptedTransport(restart_only)).discover()
+    assert other is not first and other.member("agent").mode is Mode.RESTART_ONLY
+    assert other.member("policy") is first.member("policy")
+
+
+def test_coordinators_given_no_clock_share_the_system_clock() -> None:
+    """Without a clock every coordinator reads the one SYSTEM_CLOCK (no clock per instance)."""
+    transport = ScriptedTransport({"policy": status("model")})
+    first, second = Coordinator(transport), Coordinator(transport)
+    assert first.clock is SYSTEM_CLOCK and second.clock is SYSTEM_CLOCK
 
 
 # ---------------------------------------------------------------------- prepare

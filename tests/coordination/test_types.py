@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from envckpt.coordination.types import Member, Participants, PrepareResult
+from envckpt.coordination.types import (
+    Member,
+    Participants,
+    PrepareResult,
+    interned_member,
+    interned_participants,
+)
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import STAGES, Kind, Mode
 
@@ -72,6 +78,24 @@ def test_duplicate_server_names_are_refused() -> None:
     """Two members with one server name cannot be one deployment."""
     with pytest.raises(ValueError, match="duplicate participant server names"):
         Participants((Member("a", Kind.AGENT), Member("a", Kind.MODEL)))
+
+
+def test_an_interned_member_is_the_member_of_those_fields_made_once() -> None:
+    """Equal fields give the same Member object, equal to a freshly made one."""
+    made = interned_member("policy", Kind.MODEL, Mode.EXPORT_RESTORE, commit_stop=True)
+    assert made == Member("policy", Kind.MODEL, Mode.EXPORT_RESTORE, commit_stop=True)
+    assert interned_member("policy", Kind.MODEL, Mode.EXPORT_RESTORE, commit_stop=True) is made
+    assert interned_member("policy", Kind.MODEL, Mode.EXPORT_RESTORE, commit_stop=False) != made
+
+
+def test_interned_participants_are_ordered_and_checked_like_participants() -> None:
+    """The shared value is ordered by stage then name, and duplicates are still refused."""
+    tools, policy = Member("tools", Kind.RESOURCES), Member("policy", Kind.MODEL)
+    made = interned_participants((tools, policy))
+    assert made.members == (policy, tools)
+    assert interned_participants((tools, policy)) is made
+    with pytest.raises(ValueError, match="duplicate"):
+        interned_participants((policy, Member("policy", Kind.AGENT)))
 
 
 def test_members_are_found_by_kind_and_by_name() -> None:

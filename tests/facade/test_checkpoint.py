@@ -265,6 +265,19 @@ async def test_restore_from_a_wrong_source_is_refused(tmp_path: Path) -> None:
             pass
 
 
+def test_two_instances_with_one_id_are_refused() -> None:
+    """A facade over two instances that share an id is a ValueError naming the ids."""
+    world = World()
+    deployment = world.deployments[A]
+    twins = [
+        LocalInstance(GymCheckpointAdapter(instance=A, coordination=deployment.coordinator))
+        for _ in range(2)
+    ]
+    duplicate = r"duplicate Gym instance ids: \['shard/replica-0', 'shard/replica-0'\]"
+    with pytest.raises(ValueError, match=duplicate):
+        GymEnvironmentCheckpoint(twins)
+
+
 async def test_check_startup_warns_about_restart_only() -> None:
     """Restart-only participants are reported with a warning, not refused."""
     from structlog.testing import capture_logs
@@ -278,6 +291,23 @@ async def test_check_startup_warns_about_restart_only() -> None:
     with capture_logs() as logs:
         await world.facade.check_startup()
     assert any(e.get("servers") == ["tools"] for e in logs)
+
+
+async def test_check_startup_fails_on_an_undiscoverable_instance_and_warns_nobody() -> None:
+    """One instance failing discovery fails startup as unavailable; no restart-only warning."""
+    from structlog.testing import capture_logs
+
+    world = World()
+    world.deployments[A] = Deployment(
+        clock=world.clock,
+        kinds=(("policy", "model", "export_restore"), ("tools", "resources", "restart_only")),
+    )
+    world.deployments[B].faults.add("unreachable", server="agent", route="status")
+    world.facade = world.make_facade()
+    with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as caught:
+        await world.facade.check_startup()
+    assert caught.value.operation == "discover" and set(caught.value.failures) == {B.instance_id}
+    assert not any("servers" in e for e in logs)
 
 
 async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:

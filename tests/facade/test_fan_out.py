@@ -102,6 +102,33 @@ async def test_collect_calls_only_the_chosen_instances() -> None:
     assert results == {B.instance_id: "undiscovered"} and errors == {}
 
 
+class CountedInstance:
+    """Just an id and a state, counting how often its id is read."""
+
+    reads = 0
+
+    def __init__(self, instance_id: str) -> None:
+        self._instance_id = instance_id
+
+    @property
+    def instance_id(self) -> str:
+        CountedInstance.reads += 1
+        return self._instance_id
+
+    async def state(self) -> str:
+        return f"state of {self._instance_id}"
+
+
+async def test_collect_reads_each_instances_id_once_and_keeps_the_order_given() -> None:
+    """Results come back in the order the instances were given; each id is read once."""
+    chosen = [CountedInstance("b/replica-0"), CountedInstance("a/replica-0")]
+    CountedInstance.reads = 0
+    results, errors = await FanOut({}).collect(lambda i: i.state(), chosen)  # type: ignore[arg-type]
+    assert list(results) == ["b/replica-0", "a/replica-0"] and errors == {}
+    assert results["a/replica-0"] == "state of a/replica-0"
+    assert CountedInstance.reads == 2
+
+
 async def test_collect_runs_the_calls_concurrently() -> None:
     """Both calls are in flight at once (each waits for the other to start)."""
     world = FacadeWorld()

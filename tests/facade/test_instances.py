@@ -52,6 +52,15 @@ def test_every_implementation_spells_the_interface_the_same_way(implementation: 
     assert isinstance(inspect.getattr_static(implementation, "instance_id"), property)
 
 
+def test_a_local_instance_and_its_adapter_carry_no_per_object_dict() -> None:
+    """A trainer holds 100k of each: both are slotted, and so is the adapter's coordinator."""
+    instance = local(Deployment())
+    for held in (instance, instance.adapter, instance.adapter._coordination):
+        assert not hasattr(held, "__dict__"), type(held).__name__
+    with pytest.raises(AttributeError):
+        instance.extra = 1  # type: ignore[attr-defined]
+
+
 async def test_identity_and_state_are_the_adapters() -> None:
     """instance_id and state come from the adapter (its lifecycle machine)."""
     instance = local(Deployment())

@@ -384,20 +384,22 @@ async def test_a_retire_that_fails_once_is_retried_and_nothing_is_raised(
 
 
 async def test_a_cleanup_past_the_callers_deadline_gets_room_on_the_coordination_clock(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The caller's deadline has passed: each retire and the resume get CLEANUP_SECONDS of
     their own on the participants' clock, so the cleanup still lands."""
     fresh, adapter = await restore_failed(tmp_path)
     assert fresh.clock.now() > time.time() + 60  # the fake clock is ahead of the system's
     resumes: list[float] = []
-    resume = adapter.resume
+    resume = GymCheckpointAdapter.resume
 
-    async def recording_resume(checkpoint_id: str, *, deadline_ts: float) -> None:
+    async def recording_resume(
+        self: GymCheckpointAdapter, checkpoint_id: str, *, deadline_ts: float
+    ) -> None:
         resumes.append(deadline_ts)  # participants never refuse a late resume: look at it
-        await resume(checkpoint_id, deadline_ts=deadline_ts)
+        await resume(self, checkpoint_id, deadline_ts=deadline_ts)
 
-    adapter.resume = recording_resume  # type: ignore[method-assign]
+    monkeypatch.setattr(GymCheckpointAdapter, "resume", recording_resume)
     await adapter.abandon_restore("r1", [E1], deadline_ts=fresh.clock.now() - 1)
     assert resumes == [fresh.clock.now() + CLEANUP_SECONDS]
     assert adapter.state == "resumed"

@@ -91,3 +91,16 @@ def test_parse_refuses_anything_instance_id_does_not_produce(instance_id: str) -
     """Only the canonical ``<shard>/replica-<i>`` spelling parses."""
     with pytest.raises(ValueError):
         GymCheckpointInstance.parse(instance_id)
+
+
+def test_the_instance_id_is_made_once_and_survives_pickling_and_replace() -> None:
+    """The stored id is the shard and replica's; a pickled copy keeps it, replace remakes it."""
+    import dataclasses
+    import pickle
+
+    instance = GymCheckpointInstance("math", 2)
+    copy = pickle.loads(pickle.dumps(instance))
+    assert copy == instance and copy.instance_id == "math/replica-2"
+    moved = dataclasses.replace(instance, replica_index=7)
+    assert moved.instance_id == "math/replica-7"
+    assert repr(instance) == "GymCheckpointInstance(shard_name='math', replica_index=2)"
