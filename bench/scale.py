@@ -16,7 +16,8 @@ trio answers it) and the trainer's heap stays what a trainer's would be.
 Transition logging is filtered (off) while this runs; ``logging_overhead``
 measures it on.
 
-``freeze`` follows the guidance for a trainer of that size (docs/integration.md, "Very many instances"):
+``freeze`` follows the guidance for a trainer of that size (docs/integration.md,
+"Very many instances"):
 ``gc.freeze()`` what startup built before building the facade, and the
 facade once built, so the collector stops walking millions of objects that
 live as long as the process (at 100k instances a full collection walks 1.6
