@@ -26,9 +26,9 @@ from envckpt.participant import store
 from envckpt.participant.hooks import StateHooks
 from envckpt.protocol import ErrorCode, Kind, Phase
 
-# (checkpoint_dir, scope capture keys or None for everything, stop): what a
-# replayed commit must repeat exactly.
-CommitArgs = tuple[str, tuple[str, ...] | None, bool]
+# (checkpoint_dir, the scope in episode order or None for everything, stop):
+# what a replayed commit must repeat exactly.
+CommitArgs = tuple[str, tuple[EnvironmentEpisode, ...] | None, bool]
 
 
 class _WriteAborted(Exception):
@@ -97,14 +97,13 @@ async def export_and_write(
     # aborted write never publishes), so the exported state stays quiet
     # while the worker thread serialises it.
     exported_states = list(hooks.export(wanted))
-    exported = sorted_episodes(episode for episode, _ in exported_states)
+    exported = sorted_episodes([episode for episode, _ in exported_states])
     extras = hooks.commit_extras(exported)
     keys = capture_keys(exported)
     try:
         # Gym's record envelope; the manifest keeps to Gym's fields. Checked
         # here, before any file exists; encoded in the writer's thread.
-        for episode, state in exported_states:
-            store.check_envelope(episode, state)
+        store.check_envelopes(exported_states)
     except ValueError as error:
         raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
     lines = store.envelope_lines(exported_states)

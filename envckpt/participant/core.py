@@ -234,8 +234,7 @@ class ParticipantCore:
         stop: bool = False,
     ) -> dict[str, Any]:
         scope = None if episode_ids is None else sorted_episodes(episode_ids)
-        scope_keys = None if scope is None else tuple(e.capture_key for e in scope)
-        args: CommitArgs = (checkpoint_dir, scope_keys, stop)
+        args: CommitArgs = (checkpoint_dir, scope, stop)
         async with self._lock:
             await self._expire_if_due()
             self._finished.refuse(checkpoint_id)

@@ -54,6 +54,7 @@ from envckpt.fsutil import fsync_dir
 from envckpt.ids import validate_checkpoint_id
 from envckpt.participant.store.envelope import (
     check_envelope,
+    check_envelopes,
     envelope_line,
     envelope_lines,
     from_record,
@@ -97,6 +98,7 @@ __all__ = [
     "FileIdentity",
     "Manifest",
     "check_envelope",
+    "check_envelopes",
     "encode_record",
     "encode_records",
     "envelope_line",

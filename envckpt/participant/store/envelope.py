@@ -14,6 +14,7 @@ so checkpoints written before the change stay restorable::
     episode, state = from_record(record)        # either shape; ValueError if neither
 
     check_envelope(episode, state)              # what to_record checks, nothing built
+    check_envelopes(pairs)                      # the same for many pairs
     line = envelope_line(episode, state)        # to_record's line, encoded (no newline)
     lines = envelope_lines(exported)            # the same for many pairs, lazily
 """
@@ -40,6 +41,17 @@ def check_envelope(episode: EnvironmentEpisode, state: object) -> None:
         raise ValueError(f"{episode.capture_key}: exported state is not a JSON object")
     if EPISODE_KEY in state:
         raise ValueError(f"{episode.capture_key}: exported state has a field named {EPISODE_KEY!r}")
+
+
+def check_envelopes(pairs: Iterable[tuple[EnvironmentEpisode, object]]) -> None:
+    """``check_envelope`` of each (episode, state) pair: plain dicts without an
+    ``episode_id`` field pass in one comprehension, anything else is checked."""
+    for episode, state in [
+        (episode, state)
+        for episode, state in pairs
+        if type(state) is not dict or EPISODE_KEY in state
+    ]:
+        check_envelope(episode, state)
 
 
 def to_record(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> dict[str, Any]:

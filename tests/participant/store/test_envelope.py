@@ -143,3 +143,17 @@ def test_envelope_line_refuses_nan() -> None:
     """A NaN in a state is refused on the envelope's fast path too."""
     with pytest.raises(ValueError):
         store.envelope_line(EnvironmentEpisode("r1", 0), {"reward": float("nan")})
+
+
+def test_check_envelopes_refuses_the_first_unfit_state_and_passes_the_rest() -> None:
+    """Each pair gets check_envelope's verdict: fit states pass, an unfit one raises."""
+    from types import MappingProxyType
+
+    fit = [
+        (EnvironmentEpisode("r1", 0), {"turn": 1}),
+        (EnvironmentEpisode("r2", 0), MappingProxyType({"turn": 2})),
+    ]
+    store.check_envelopes(fit)
+    for bad in ({"episode_id": 1}, [1], MappingProxyType({"episode_id": 2})):
+        with pytest.raises(ValueError, match="r3"):
+            store.check_envelopes([*fit, (EnvironmentEpisode("r3", 0), bad)])
