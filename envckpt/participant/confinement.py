@@ -71,7 +71,10 @@ def _real(path: str) -> Path:
 
 def check_dir_shape(value: str) -> None:
     """Absolute, normalized, printable and bounded; raise ``invalid_request`` otherwise."""
-    for character in value:
+    # Printable ASCII (the usual path) holds none of the refused categories:
+    # the per-character lookup is for everything else.
+    plain = value.isascii() and value.isprintable()
+    for character in () if plain else value:
         if unicodedata.category(character) in REFUSED_CATEGORIES:
             raise _refuse(
                 f"checkpoint_dir contains U+{ord(character):04X}, a character not allowed in it"

@@ -52,6 +52,8 @@ def test_directories_under_the_root_are_accepted(root: Path) -> None:
         ("/a\x00b", "U+0000"),
         ("/a\nb", "U+000A"),
         ("/a\x1b[31mb", "U+001B"),
+        ("/a\x7fb", "U+007F"),
+        ("/a\tb", "U+0009"),
         ("/a\u202eb", "U+202E"),
         ("/a\ud800b", "U+D800"),
         ("/a\u2028b", "U+2028"),
@@ -62,6 +64,12 @@ def test_directories_under_the_root_are_accepted(root: Path) -> None:
 def test_malformed_directories_are_refused_by_shape(value: str, says: str) -> None:
     """Relative, unnormalized, control characters and over-long: refused whatever the root."""
     assert says in refusal(RequestBounds.unconfined(), value)
+
+
+def test_printable_paths_pass_the_shape_check_ascii_or_not() -> None:
+    """Plain ASCII (the fast path) and printable non-ASCII names are both accepted."""
+    for value in ("/data/run-1/ckpt_0.a", "/données/运行/ckpt", "/a b/c~d"):
+        check_dir_shape(value)
 
 
 def test_the_length_bounds_are_in_utf8_bytes() -> None:
