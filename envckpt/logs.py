@@ -353,14 +353,20 @@ def _iso_utc(seconds: float) -> str:
     return "%s.%06dZ" % (text, micros) if micros else text + "Z"  # noqa: UP031 - faster
 
 
-_JSON_LINE = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+_JSON_LINE = orjson.OPT_APPEND_NEWLINE
+_JSON_LINE_ANY_KEYS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
 def _json_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> bytes:
     """The event as one JSON line in bytes (what ``_orjson_text`` writes, encoded,
     with its newline), for a binary file."""
     try:
+        # String keys, the usual event: orjson's key check is a third of its time.
         return orjson.dumps(event, default=str, option=_JSON_LINE)
+    except TypeError:
+        pass
+    try:
+        return orjson.dumps(event, default=str, option=_JSON_LINE_ANY_KEYS)
     except TypeError:
         return (_json.dumps(event, default=str) + "\n").encode()
 
