@@ -9,8 +9,10 @@ Modules keep their own ``max_examples`` and ``stateful_step_count``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+import structlog
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -64,3 +66,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # Transition coverage: every fired transition, by table row and transport
 # (tests/transition_coverage; ``--transition-coverage PATH`` writes them).
 pytest_plugins = ("transition_coverage.plugin",)
+
+
+@pytest.fixture
+def restored_structlog() -> Iterator[None]:
+    """structlog's configuration as it was before the test, afterwards."""
+    saved, configured = structlog.get_config(), structlog.is_configured()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        if not configured:
+            structlog.reset_defaults()

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -220,18 +219,6 @@ def test_enabled_gives_the_emitter_or_none() -> None:
         ]
     finally:
         structlog.configure(**saved)
-
-
-@pytest.fixture
-def restored_structlog() -> Iterator[None]:
-    """structlog's configuration as it was before the test, afterwards."""
-    saved, configured = structlog.get_config(), structlog.is_configured()
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)
-        if not configured:
-            structlog.reset_defaults()
 
 
 def test_enabled_keeps_its_emitter_until_structlog_is_reconfigured(

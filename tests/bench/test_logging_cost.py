@@ -6,11 +6,9 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 import structlog
 
 from envckpt.machines import binding
@@ -34,18 +32,6 @@ def _repository_bench(name: str) -> ModuleType:
 
 
 logging_cost = _repository_bench("logging_cost")
-
-
-@pytest.fixture
-def restored_structlog() -> Iterator[None]:
-    """structlog's configuration as it was before the test, afterwards."""
-    saved, configured = structlog.get_config(), structlog.is_configured()
-    try:
-        yield
-    finally:
-        structlog.configure(**saved)
-        if not configured:
-            structlog.reset_defaults()
 
 
 def _lines(path: Path) -> int:
