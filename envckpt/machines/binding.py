@@ -137,7 +137,10 @@ class BoundMachine(Generic[S]):
                 dest = str(row.destination_from(source))
                 self._machine.add_transition(row.trigger, str(source), dest)
         if not _declares_only_state_changes(self._machine):
-            raise TypeError(f"{table.name}: the binding registers no callbacks or conditions")
+            raise TypeError(
+                f"{table.name}: a callback or condition is registered, which the binding's "
+                "state-change-only transitions would skip"
+            )
 
     def new(self, name: str, state: str | None = None) -> MachineState[S]:
         """A fresh model in the table's initial state (or ``state``, for rebuilds)."""
