@@ -80,15 +80,18 @@ def sort_key(episode: EnvironmentEpisode) -> tuple[str, int]:
 
 # ``sort_key`` in C: sorting with it calls no Python function per episode.
 _SORT_KEY = operator.attrgetter("rollout_id", "attempt")
+_ROLLOUT_ID = operator.attrgetter("rollout_id")
 
 
 def sorted_episodes(episodes: Iterable[EnvironmentEpisode]) -> tuple[EnvironmentEpisode, ...]:
     """``episodes`` deduplicated and in episode order."""
     items = list(episodes)
-    keys = list(map(_SORT_KEY, items))
-    # Already in order and each once (a scope the coordinator sorted, a kind
-    # that holds its episodes in order): no sort at all.
-    if all(map(operator.lt, keys, keys[1:])):
+    # Rollout ids strictly increasing (a scope the coordinator sorted, a kind
+    # that holds its episodes in order, one attempt each): already in order
+    # and each once, so no sort, and no key tuple per episode for the
+    # collector to count.
+    rollout_ids = list(map(_ROLLOUT_ID, items))
+    if all(map(operator.lt, rollout_ids, rollout_ids[1:])):
         return tuple(items)
     ordered = sorted(items, key=_SORT_KEY)
     keys = list(map(_SORT_KEY, ordered))

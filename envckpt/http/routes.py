@@ -117,7 +117,7 @@ def _endpoint(
         # Authenticated above. edge.handle logs unexpected failures with a
         # traceback, and a renderer that shows frame locals would print its
         # arguments, so it gets a stand-in credential rather than the secret.
-        status, reply = await edge.handle(
+        call = edge.handle(
             core,
             request.method,
             route.value,
@@ -125,6 +125,9 @@ def _endpoint(
             authorization=f"Bearer {_VERIFIED}",
             token=_VERIFIED,
         )
+        # The call holds the body until it is validated, then lets it go.
+        del body
+        status, reply = await call
         return _reply(status, reply)
 
     endpoint.__name__ = f"checkpoint_{route.value}"

@@ -69,38 +69,61 @@ async def handle(
     # a frame that never held it, so a logged traceback (structlog renders
     # frame locals) cannot show the token.
     del authorization, token
-    return await _authenticated(core, method, route, body)
+    try:
+        request = _validated(core, method, route, body)
+    except ParticipantError as error:
+        return _refusal(error)
+    except Exception as error:  # the envelope, never a bare 500 page
+        return _unexpected(core, route, error)
+    # The validated request is all the call needs: the parsed body (a dict
+    # per episode a commit names) is freed now rather than held for the
+    # whole call.
+    del body
+    return await _called(core, route, request)
 
 
 def _refusal(error: ParticipantError) -> tuple[int, dict[str, Any]]:
     return error.status, error.to_wire()
 
 
-async def _authenticated(
-    core: ParticipantCore, method: str, route: str, body: Any
+def _validated(core: ParticipantCore, method: str, route: str, body: Any) -> ControlRequest | None:
+    """The request ``body`` makes for ``route`` (None for status, which has none), in
+    the participant's bounds; ``ParticipantError`` (``invalid_request``) otherwise."""
+    if route not in ROUTES:
+        raise ParticipantError("invalid_request", f"unknown route {route!r}")
+    if route == "status":
+        if method != "GET":
+            raise ParticipantError("invalid_request", "status is a GET route")
+        return None
+    if method != "POST":
+        raise ParticipantError("invalid_request", f"{route} is a POST route")
+    if not isinstance(body, Mapping):
+        raise ParticipantError("invalid_request", "the body must be a JSON object")
+    try:
+        request = REQUEST_MODELS[route].model_validate(dict(body))
+    except ValidationError as error:
+        raise ParticipantError("invalid_request", describe_validation(error)) from error
+    check_bounds(core, request)
+    return request
+
+
+async def _called(
+    core: ParticipantCore, route: str, request: ControlRequest | None
 ) -> tuple[int, dict[str, Any]]:
     try:
-        if route not in ROUTES:
-            raise ParticipantError("invalid_request", f"unknown route {route!r}")
-        if route == "status":
-            if method != "GET":
-                raise ParticipantError("invalid_request", "status is a GET route")
+        if request is None:
             return 200, await core.status()
-        if method != "POST":
-            raise ParticipantError("invalid_request", f"{route} is a POST route")
-        if not isinstance(body, Mapping):
-            raise ParticipantError("invalid_request", "the body must be a JSON object")
-        try:
-            request = REQUEST_MODELS[route].model_validate(dict(body))
-        except ValidationError as error:
-            raise ParticipantError("invalid_request", describe_validation(error)) from error
-        check_bounds(core, request)
         return 200, await _call(core, route, request)
     except ParticipantError as error:
         return _refusal(error)
     except Exception as error:  # the envelope, never a bare 500 page
-        core.log.exception("control call failed", route=route)
-        return _refusal(ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}"))
+        return _unexpected(core, route, error)
+
+
+def _unexpected(core: ParticipantCore, route: str, error: Exception) -> tuple[int, dict[str, Any]]:
+    """An error no rule names: logged with its traceback, answered as ``checkpoint_error``."""
+    core.log.exception("control call failed", route=route)
+    return _refusal(ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}"))
 
 
 def check_bounds(core: ParticipantCore, request: ControlRequest) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import time
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -939,3 +940,43 @@ def test_a_reply_holding_nan_is_refused_as_jsonresponse_refuses_it() -> None:
     """NaN is not JSON: raising, as before, rather than sending null."""
     with pytest.raises(ValueError):
         routes._reply(200, {"lease_expires_at": float("nan")})
+
+
+class _WatchedBody(dict[str, Any]):
+    """A parsed body that a weak reference can watch."""
+
+
+async def test_the_route_lets_the_parsed_body_go_before_the_commit_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP, while the commit exports, neither the route nor the edge holds the parsed
+    body (a dict per named episode) any more: only the validated request."""
+    watched: list[weakref.ref[_WatchedBody]] = []
+    parse = routes.parse_json
+
+    def watching_parse(raw: bytes) -> Any:
+        value = parse(raw)
+        if isinstance(value, dict) and "episode_ids" in value:
+            value = _WatchedBody(value)
+            watched.append(weakref.ref(value))
+        return value
+
+    monkeypatch.setattr(routes, "parse_json", watching_parse)
+    core = make_core("agent", "agent")
+    alive_during_export: list[bool] = []
+    export = core.hooks.export
+
+    def watching_export(scope: frozenset[Any]) -> Any:
+        alive_during_export.extend(ref() is not None for ref in watched)
+        return export(scope)
+
+    monkeypatch.setattr(core.hooks, "export", watching_export)
+    async with deploy({"agent": core}) as d:
+        await play_turns(d, "agent")
+        cid = new_id()
+        prepared = await d.transport.request("agent", "POST", "prepare", body(cid), timeout=10.0)
+        assert prepared.status == 200, prepared.describe()
+        commit = body(cid, checkpoint_dir=str(tmp_path), episode_ids=wire(*EPISODES))
+        reply = await d.transport.request("agent", "POST", "commit", commit, timeout=10.0)
+        assert reply.status == 200, reply.describe()
+    assert alive_during_export == [False]

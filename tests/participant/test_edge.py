@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -317,3 +318,33 @@ async def test_directories_outside_the_root_are_refused_before_any_file_operatio
         assert (status, code_of(reply)) == (422, "invalid_request"), directory
     assert sorted(path.name for path in tmp_path.iterdir()) == []
     assert core.phase == "prepared"
+
+
+class _Body(dict[str, Any]):
+    """A parsed body that a weak reference can watch."""
+
+
+async def test_the_body_is_let_go_once_validated(
+    core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the commit runs, nothing holds the parsed body any more (only the validated
+    request): a commit naming many episodes does not keep a dict per episode alive."""
+    episode = {"rollout_id": "r1", "attempt": 0}
+    hooks.put(EnvironmentEpisode("r1", 0))
+    assert (await call(core, "prepare", BASE))[0] == 200
+    body = _Body({**BASE, "checkpoint_dir": str(tmp_path), "episode_ids": [episode]})
+    watched = weakref.ref(body)
+    alive_during_export: list[bool] = []
+    export = hooks.export
+
+    def watching_export(scope: frozenset[EnvironmentEpisode]) -> Any:
+        alive_during_export.append(watched() is not None)
+        return export(scope)
+
+    monkeypatch.setattr(hooks, "export", watching_export)
+    pending = edge.handle(core, "POST", "commit", body, authorization=AUTH, token=TOKEN)
+    del body
+    status, reply = await pending
+    assert status == 200, reply
+    assert reply["episode_ids"] == ["r1"]
+    assert alive_during_export == [False]

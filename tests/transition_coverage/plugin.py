@@ -145,11 +145,13 @@ def _wrap_fire(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _wrap_handle(original: Callable[..., Any]) -> Callable[..., Any]:
-    async def handle(*args: Any, **kwargs: Any) -> Any:
+    # Not a coroutine itself: it hands back the original's coroutine, so it
+    # holds no arguments while the call runs (the edge lets the body go).
+    def handle(*args: Any, **kwargs: Any) -> Any:
         caller = sys._getframe(1).f_globals.get("__name__", "")
         if caller.startswith(_HTTP_CALLERS):
             RECORDER.crossed_http = True
-        return await original(*args, **kwargs)
+        return original(*args, **kwargs)
 
     handle.__wrapped__ = original  # type: ignore[attr-defined]
     return handle
