@@ -85,12 +85,13 @@ class InProcessTransport:
         """The request as the participant's edge sees it: JSON in, through the edge."""
         if self._deliver_to is not None:
             return await self._deliver_to(core, method, route, body)
-        wire_body = None if body is None else through_json(body)
+        # As over HTTP, the participant's parsed copy is held only by the
+        # edge, which lets it go once the request is validated.
         return await edge.handle(
             core,
             method,
             route,
-            wire_body,
+            None if body is None else through_json(body),
             authorization=authorization or self._authorization,
             token=self._token,
         )
