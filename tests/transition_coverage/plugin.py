@@ -11,7 +11,7 @@ counted. Participant servers that tests
 start as processes (``python -m envckpt.sim.server``) write their events to
 the file ``ENVCKPT_GYM_LOG`` names; their transitions count as ``http``.
 
-    pytest --transition-coverage build/transition-coverage.jsonl
+    pytest -p transition_coverage.plugin --transition-coverage=build/transition-coverage.jsonl
     envckpt statecharts --coverage build/transition-coverage.jsonl --machine participant_phases
 
 The check that every row was exercised is ``test_rows.py``, which runs last;
