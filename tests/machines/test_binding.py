@@ -200,20 +200,56 @@ def test_transitions_runs_each_table_with_state_changes_only(table: MachineTable
     assert _declares_only_state_changes(machine)
 
 
-def test_a_table_machine_with_a_callback_is_refused() -> None:
-    """Had anything registered a callback or condition, the check run at build time sees it."""
+REGISTRATIONS = [
+    "before_state_change",
+    "after_state_change",
+    "prepare_event",
+    "finalize_event",
+    "on_exception",
+    "on_final",
+    "state.on_enter",
+    "state.on_exit",
+    "state.final",
+    "transition.prepare",
+    "transition.conditions",
+    "transition.before",
+    "transition.after",
+    "transition.dest",
+]
+
+
+@pytest.mark.parametrize("where", REGISTRATIONS)
+def test_anything_registered_on_a_bound_machine_is_seen(where: str) -> None:
+    """Each kind of callback, condition, final state or internal transition, alone, is
+    what the check run when a table is bound refuses (the lean execute would skip it)."""
     from envckpt.machines.binding import _declares_only_state_changes
 
     machine = bind(PARTICIPANT_PHASES)._machine
-    machine.before_state_change.append(lambda event: None)
-    try:
-        assert not _declares_only_state_changes(machine)
-    finally:
-        machine.before_state_change.clear()
+    state = machine.states["idle"]
     transition = next(iter(machine.events["prepare"].transitions.values()))[0]
-    transition.conditions.append(object())
+    owner, _, name = where.rpartition(".")
+    target = {"": machine, "state": state, "transition": transition}[owner]
+    saved = getattr(target, name)
+    if name == "final":
+        setattr(target, name, True)
+    elif name == "dest":
+        setattr(target, name, None)
+    else:
+        getattr(target, name).append(lambda event: None)
     try:
         assert not _declares_only_state_changes(machine)
     finally:
-        transition.conditions.clear()
+        if name in ("final", "dest"):
+            setattr(target, name, saved)
+        else:
+            getattr(target, name).clear()
     assert _declares_only_state_changes(machine)
+
+
+def test_transitions_reports_each_fired_row_as_executed() -> None:
+    """The lean transition answers transitions as the stock one does: the event ran."""
+    bound = bind(PARTICIPANT_PHASES)
+    model = bound.new("agent")
+    model.state = str(model.state)  # type: ignore[assignment]
+    assert bound._machine.events["prepare"].trigger(model) is True
+    assert model.state == "preparing"
