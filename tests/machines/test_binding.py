@@ -253,3 +253,18 @@ def test_transitions_reports_each_fired_row_as_executed() -> None:
     model.state = str(model.state)  # type: ignore[assignment]
     assert bound._machine.events["prepare"].trigger(model) is True
     assert model.state == "preparing"
+
+
+def test_binding_a_table_whose_machine_carries_a_registration_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Building refuses, naming the table and why, when the check finds a registration."""
+    from envckpt.machines import binding as binding_module
+
+    monkeypatch.setattr(binding_module, "_declares_only_state_changes", lambda machine: False)
+    with pytest.raises(TypeError) as refused:
+        BoundMachine(PARTICIPANT_PHASES)
+    assert str(refused.value) == (
+        "participant_phases: a callback or condition is registered, which the binding's "
+        "state-change-only transitions would skip"
+    )
