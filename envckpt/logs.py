@@ -128,7 +128,7 @@ class _Resolved:
         if not self.allows(level):
             emit = None
         elif filtering:
-            emit = _processing(self.logger, level)
+            emit = _json_lines(self.logger, level) or _processing(self.logger, level)
         else:
             emit = getattr(self.logger, level)
         if filtering:
@@ -154,6 +154,44 @@ def _processing(logger: Any, level: str) -> Callable[..., None]:
         except structlog.DropEvent:
             return
         write(*args, **kwargs)
+
+    return emit
+
+
+def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
+    """The emitter of ``configure(json=True)`` to a binary file, or None under any other
+    configuration.
+
+    It does what ``_processing`` does with that configuration (its three
+    processors in order, then one write of the line) in one call: this is the
+    transition log of a deployment, an event per machine move, and each step
+    saved here is a share of a snapshot. Should the processors list stop
+    holding exactly those three (``capture_logs`` swaps its contents in place),
+    the event goes through ``_processing`` instead, at every call.
+    """
+    processors = logger._processors
+    writer = logger._logger
+    if processors != _JSON_PIPELINE or not isinstance(writer, _LineWriter) or logger._context:
+        return None
+    general = _processing(logger, level)
+    merge, stamp, render = _JSON_PIPELINE
+    write, whole = writer._write, writer._flush is None
+
+    def emit(event: str, **fields: Any) -> None:
+        if processors != _JSON_PIPELINE:
+            general(event, **fields)
+            return
+        # The event dict as _process_event builds it (an empty context, then the
+        # fields, then the event), through the same processors.
+        fields["event"] = event
+        if _CONTEXT_VARS is None or _CONTEXT_VARS:
+            merge(writer, level, fields)
+        line = render(writer, level, stamp(writer, level, fields))
+        # One write takes the whole line but for a signal or a full disk; the
+        # writer finishes a short write (and flushes a buffered file).
+        written = write(line)
+        if written != len(line) or not whole:
+            writer.finish(line, written)
 
     return emit
 
@@ -271,6 +309,7 @@ def configure(
         )
         factory = structlog.WriteLoggerFactory(file=cast("TextIO", output))
     structlog.configure(
+        # A list of its own: capture_logs edits the configured list in place.
         processors=[structlog.contextvars.merge_contextvars, _stamp, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=factory,
@@ -297,7 +336,10 @@ class _LineWriter:
         return self
 
     def msg(self, line: bytes) -> None:
-        written = self._write(line)
+        self.finish(line, self._write(line))
+
+    def finish(self, line: bytes, written: int | None) -> None:
+        """What is left after a first write took ``written`` bytes of ``line``."""
         # A raw write may take part of a line (a signal, a full pipe): write the rest.
         while written is not None and written < len(line):
             line = line[written:]
@@ -369,6 +411,19 @@ def _json_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> byt
         return orjson.dumps(event, default=str, option=_JSON_LINE_ANY_KEYS)
     except TypeError:
         return (_json.dumps(event, default=str) + "\n").encode()
+
+
+# structlog's context variables, made only by bind_contextvars: while it has
+# made none, merge_contextvars (a walk over every variable of the context)
+# finds nothing. None where structlog no longer keeps them there.
+_CONTEXT_VARS: dict[str, Any] | None = getattr(structlog.contextvars, "_CONTEXT_VARS", None)
+
+# What ``configure(json=True)`` to a binary file runs, in order (see ``_json_lines``).
+_JSON_PIPELINE: list[Callable[..., Any]] = [
+    structlog.contextvars.merge_contextvars,
+    _stamp,
+    _json_line,
+]
 
 
 def _orjson_text(event: Any, **options: Any) -> str:

@@ -303,6 +303,109 @@ def test_the_shorter_emitter_gives_the_processors_what_the_method_does(
     assert seen == [("warning", {"drop": True, "event": "e"})]
 
 
+def _json_recipe(stream: Any, level: str = "info") -> Any:
+    """configure(json=True) to ``stream``; the info emitter of a fresh logger."""
+    logs.configure(json=True, level=level, stream=stream)
+    return logs.get_logger("envckpt.tests.lines").enabled("info")
+
+
+_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("transition", {"machine": "m", "source": "a", "dest": "b", "elapsed": 0.25}),
+    ("big", {"n": 2**70, "keys": {1: "a"}, "when": datetime(2026, 1, 2, tzinfo=UTC)}),
+    ("mine", {"ts": 5.0, "level": "kept?", "event_note": None}),
+]
+
+
+def test_the_json_emitter_writes_the_bytes_the_processors_write(
+    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configure(json=True) to a binary file: its own emitter, and per event the same
+    line, byte for byte, as structlog's method through the configured processors
+    (context variables bound and not, a traceback, keys and numbers orjson refuses)."""
+    monkeypatch.setattr(logs.time, "time", lambda: 1796150000.25)
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    emit = _json_recipe(ours)
+    assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
+    _json_recipe(theirs)
+    method = logs.get_logger("envckpt.tests.lines")._structlog().logger.info
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        events = [*_EVENTS, ("failed", {"exc_info": True})]
+        for bound in ({}, {"request": "r-1"}):
+            structlog.contextvars.bind_contextvars(**bound)
+            try:
+                for event, fields in events:
+                    emit(event, **fields)
+                    method(event, **fields)
+            finally:
+                structlog.contextvars.clear_contextvars()
+    lines = ours.getvalue().splitlines(keepends=True)
+    assert lines == theirs.getvalue().splitlines(keepends=True) and len(lines) == 8
+    assert [json.loads(line).get("request") for line in lines[::4]] == [None, "r-1"]
+    assert "ValueError: boom" in json.loads(lines[3])["exception"]
+
+
+def test_the_json_emitter_skips_no_bound_context_variable(
+    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Context variables are merged when structlog has made any, and also where structlog
+    no longer says which it made; only a structlog that made none is skipped."""
+    out = io.BytesIO()
+    structlog.contextvars.bind_contextvars(request="r-2")
+    try:
+        for known in (logs._CONTEXT_VARS, None):
+            monkeypatch.setattr(logs, "_CONTEXT_VARS", known)
+            emit = _json_recipe(out)
+            assert emit is not None
+            emit("e")
+    finally:
+        structlog.contextvars.clear_contextvars()
+    assert [json.loads(line)["request"] for line in out.getvalue().splitlines()] == ["r-2"] * 2
+
+
+def test_the_json_emitter_follows_a_capture_of_its_processors(restored_structlog: None) -> None:
+    """capture_logs swaps the configured list's contents in place: an emitter taken before
+    sends its events to the capture, and to the file again afterwards."""
+    out = io.BytesIO()
+    emit = _json_recipe(out)
+    assert emit is not None
+    with capture_logs() as captured:
+        emit("captured", a=1)
+    emit("written", a=2)
+    assert captured == [{"a": 1, "event": "captured", "log_level": "info"}]
+    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["written"]
+
+
+def test_the_json_emitter_writes_a_cut_line_whole_and_flushes(restored_structlog: None) -> None:
+    """Tampered: a raw file taking 7 bytes a call gets the whole line; a buffered file
+    has it at the raw file when the call returns."""
+    trickle = _Trickle(7)
+    emit = _json_recipe(trickle)
+    assert emit is not None
+    emit("cut", field="x" * 40)
+    assert json.loads(bytes(trickle.data))["field"] == "x" * 40
+    raw = _Trickle(1 << 20)
+    emit = _json_recipe(io.BufferedWriter(raw, buffer_size=1 << 16))
+    assert emit is not None
+    emit("buffered")
+    assert json.loads(bytes(raw.data))["event"] == "buffered"
+
+
+def test_other_configurations_get_the_general_emitter(restored_structlog: None) -> None:
+    """Text streams, another processor list, a non-empty context: the processors path."""
+    emit = _json_recipe(io.StringIO())
+    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
+    logs.configure(json=True, level="info", stream=io.BytesIO())
+    structlog.configure(processors=[*structlog.get_config()["processors"], print])
+    emit = logs.get_logger("envckpt.tests.lines").enabled("info")
+    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
+    logs.configure(json=True, level="info", stream=io.BytesIO())
+    structlog.configure(context_class=lambda values: {**values, "from": "context"})
+    emit = logs.get_logger("envckpt.tests.lines").enabled("info")
+    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
+
+
 def test_other_wrapper_classes_get_their_own_method(restored_structlog: None) -> None:
     """A wrapper class that is not structlog's filtering one is called as it is."""
     structlog.configure(
