@@ -88,7 +88,7 @@ MODES = {
     "quick": Settings(
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
-        rounds=(12, 10, 10),
+        rounds=(16, 16, 12),
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=4,
