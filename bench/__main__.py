@@ -2,8 +2,8 @@
 
 From a checkout (no install needed beyond the ``http`` extra)::
 
-    python -m bench                      # full settings (about 3 minutes here)
-    python -m bench --quick              # fewer rounds (2-3.5 minutes here, under load)
+    python -m bench                      # full settings (more rounds, longer than --quick)
+    python -m bench --quick              # fewer rounds (2.5 minutes here, under load)
     python -m bench --smoke              # tiny sizes: proves the harness runs (the test suite)
     python -m bench --quick --json out.json
     python -m bench --only pause,store   # some figure groups (pause store restore logging scale)
