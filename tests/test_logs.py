@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from envckpt import logs
@@ -344,6 +346,49 @@ def test_the_json_emitter_writes_the_bytes_the_processors_write(
     assert lines == theirs.getvalue().splitlines(keepends=True) and len(lines) == 8
     assert [json.loads(line).get("request") for line in lines[::4]] == [None, "r-1"]
     assert "ValueError: boom" in json.loads(lines[3])["exception"]
+
+
+_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats()
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    fields=st.dictionaries(
+        st.text(max_size=12).filter(lambda key: key not in ("event", "exc_info", "exception")),
+        _VALUES,
+        max_size=6,
+    ),
+    event=st.text(max_size=20),
+)
+def test_any_event_is_the_same_line_through_either_emitter(
+    fields: dict[str, Any], event: str
+) -> None:
+    """Whatever the fields (numbers orjson refuses, NaN, non-string keys, a caller's own
+    ``level`` or ``ts``), the JSON emitter writes the processors' line, byte for byte."""
+    saved = structlog.get_config()
+    ours, theirs = io.BytesIO(), io.BytesIO()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(logs.time, "time", lambda: 1796150000.5)
+            emit = _json_recipe(ours)
+            assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
+            emit(event, **fields)
+            _json_recipe(theirs)
+            logs.get_logger("envckpt.tests.lines")._structlog().logger.info(event, **fields)
+    finally:
+        structlog.configure(**saved)
+    assert ours.getvalue() == theirs.getvalue() and ours.getvalue().endswith(b"\n")
 
 
 def test_the_json_emitter_skips_no_bound_context_variable(
