@@ -398,6 +398,8 @@ def test_the_json_emitter_skips_no_bound_context_variable(
     no longer says which it made; only a structlog that made none is skipped."""
     out = io.BytesIO()
     structlog.contextvars.bind_contextvars(request="r-2")
+    # The dict kept is the one structlog fills as it makes variables, not a copy.
+    assert logs._CONTEXT_VARS is not None and "structlog_request" in logs._CONTEXT_VARS
     try:
         for known in (logs._CONTEXT_VARS, None):
             monkeypatch.setattr(logs, "_CONTEXT_VARS", known)
