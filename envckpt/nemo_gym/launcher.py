@@ -23,6 +23,13 @@ forked from a forkserver that imported nemo-gym once (``processes.py``;
 script that launches must guard its entry point with
 ``if __name__ == "__main__"``. Children stay in the caller's process group,
 so killing that group (a node failure) kills the whole deployment at once.
+
+A port the launcher picks (probing port 0, then closing the probe) can be
+taken by another socket before its server binds it: every outgoing
+connection on the machine draws its local port from the same range. A
+launch in which a server could not bind a port the launcher picked is
+stopped and started again with fresh ports (``PORT_ATTEMPTS`` in all); a
+port the config names is never replaced, so a clash there fails the launch.
 """
 
 from __future__ import annotations
@@ -51,6 +58,25 @@ HOST = "127.0.0.1"
 STARTUP_SECONDS = 90.0
 STOP_GRACE_SECONDS = 10.0
 SCRIPTED_POLICY = "envckpt_scripted_policy"
+PORT_ATTEMPTS = 3
+# What uvicorn logs when its port is taken (errno EADDRINUSE's text).
+_PORT_TAKEN = b"address already in use"
+
+
+class ServersExited(RuntimeError):
+    """Server processes exited before they were ready."""
+
+    def __init__(self, names: list[str], detail: str = "") -> None:
+        super().__init__(f"server processes exited during startup: {names}{detail}")
+        self.names = names
+
+
+class _PickedPortTaken(Exception):
+    """A server could not bind the port the launcher picked for it."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(names)
+        self.names = names
 
 
 def load_config(config: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
@@ -172,7 +198,7 @@ def _wait_ready(
                 urls[name] = read_ready_file(ready_file)["url"]
         exited = [name for name, p in processes.items() if p.poll() is not None]
         if exited:
-            raise RuntimeError(f"server processes exited during startup: {sorted(exited)}")
+            raise ServersExited(sorted(exited))
         if time.monotonic() > give_up:
             missing = sorted(set(pending) - set(urls))
             raise TimeoutError(f"servers not ready after {timeout:.0f} s: {missing}")
@@ -190,11 +216,59 @@ def launch(
     preload: bool = True,
 ) -> Deployment:
     """Resolve ``config`` and start one process per server; see the module docstring."""
-    from omegaconf import OmegaConf
-
     directory = Path(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    resolved = resolve(config)
+    loaded = load_config(config)
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            return _launch_once(
+                loaded,
+                directory,
+                token_file=token_file,
+                staging_token_file=staging_token_file,
+                startup_timeout=startup_timeout,
+                preload=preload,
+            )
+        except _PickedPortTaken as taken:
+            if attempt == PORT_ATTEMPTS:
+                detail = f" (a picked port was taken in each of {PORT_ATTEMPTS} attempts)"
+                raise ServersExited(taken.names, detail) from taken
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _log_sizes(directory: Path, names: list[str]) -> dict[str, int]:
+    """Where each server's log ends before this attempt appends to it."""
+    sizes = {}
+    for name in names:
+        path = directory / f"{name}.log"
+        sizes[name] = path.stat().st_size if path.exists() else 0
+    return sizes
+
+
+def _port_taken(directory: Path, name: str, since: int) -> bool:
+    """Whether the server's log, from ``since`` on, says its port was taken."""
+    with (directory / f"{name}.log").open("rb") as log:
+        log.seek(since)
+        return _PORT_TAKEN in log.read().lower()
+
+
+def _launch_once(
+    loaded: dict[str, Any],
+    directory: Path,
+    *,
+    token_file: str | os.PathLike[str] | None,
+    staging_token_file: str | os.PathLike[str] | None,
+    startup_timeout: float,
+    preload: bool,
+) -> Deployment:
+    from omegaconf import OmegaConf
+
+    names = server_names(loaded)
+    # Ports the config leaves out are the launcher's to pick, and to pick again.
+    picked = {name for name in names if not _inner(loaded, name).get("port")}
+    picked.add(SCRIPTED_POLICY)
+    logs = _log_sizes(directory, [*names, SCRIPTED_POLICY])
+    resolved = resolve(loaded)
     processes: dict[str, ServerProcess] = {}
     deployment = Deployment(config=resolved, urls={}, run_dir=directory, processes=processes)
     try:
@@ -243,6 +317,16 @@ def launch(
                 preload=preload,
             )
         deployment.urls.update(_wait_ready(pending, processes, startup_timeout))
+    except ServersExited as exited:
+        deployment.stop(grace=2.0)
+        taken = [
+            name
+            for name in exited.names
+            if name in picked and _port_taken(directory, name, logs[name])
+        ]
+        if taken:
+            raise _PickedPortTaken(exited.names) from exited
+        raise
     except BaseException:
         deployment.stop(grace=2.0)
         raise

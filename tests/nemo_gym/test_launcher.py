@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -13,6 +15,7 @@ import yaml
 
 pytest.importorskip("resources_servers.example_session_state_mgmt.app")
 
+from envckpt.nemo_gym import launcher
 from envckpt.nemo_gym.launcher import launch, resolve, server_names
 from envckpt.nemo_gym.settings import write_token_file
 
@@ -74,3 +77,77 @@ def test_a_server_that_cannot_start_fails_the_launch(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="exited during startup"):
         launch(COUNTER, run_dir=tmp_path / "run", token_file=token_file, startup_timeout=60)
     assert "chmod 600" in (tmp_path / "run" / "counter.log").read_text()
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A port something else listens on while the test runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def _picks(monkeypatch: pytest.MonkeyPatch, *ports: int) -> list[int]:
+    """``free_port`` hands out ``ports`` first, then really free ones; what it handed out."""
+    queue, handed = list(ports), []
+
+    def pick(host: str = launcher.HOST) -> int:
+        port = queue.pop(0) if queue else real_free_port(host)
+        handed.append(port)
+        return port
+
+    real_free_port = launcher.free_port
+    monkeypatch.setattr(launcher, "free_port", pick)
+    return handed
+
+
+def test_a_picked_port_taken_before_its_server_binds_is_picked_again(
+    tmp_path: Path, held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another socket takes the port the launcher picked: the attempt stops, and the
+    deployment starts again on fresh ports and answers."""
+    handed = _picks(monkeypatch, held_port)
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    deployment = launch(COUNTER, run_dir=tmp_path / "run", token_file=token_file)
+    try:
+        url = deployment.urls["counter"]
+        status = httpx.get(
+            f"{url}/ng-control/v1/checkpoint/status", headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        assert status.json()["server_name"] == "counter"
+    finally:
+        deployment.stop()
+    assert handed[0] == held_port and not url.endswith(f":{held_port}")
+    log = (tmp_path / "run" / "counter.log").read_text().lower()
+    assert log.count("address already in use") == 1
+
+
+def test_a_picked_port_taken_every_time_fails_after_the_attempts(
+    tmp_path: Path, held_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tampered: the launcher is handed the taken port every time; it gives up after
+    PORT_ATTEMPTS starts and says why."""
+    _picks(monkeypatch, *[held_port] * (2 * launcher.PORT_ATTEMPTS))
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    with pytest.raises(launcher.ServersExited, match="taken in each of 3 attempts"):
+        launch(COUNTER, run_dir=tmp_path / "run", token_file=token_file)
+    log = (tmp_path / "run" / "counter.log").read_text().lower()
+    assert log.count("address already in use") == launcher.PORT_ATTEMPTS == 3
+
+
+def test_a_taken_port_the_config_names_fails_at_once(tmp_path: Path, held_port: int) -> None:
+    """A port the config names is the operator's: no other is tried."""
+    inner = dict(COUNTER["counter"]["resources_servers"]["example_session_state_mgmt"])
+    config = {
+        **COUNTER,
+        "counter": {
+            "resources_servers": {"example_session_state_mgmt": {**inner, "port": held_port}}
+        },
+    }
+    token_file = write_token_file(tmp_path / "token", TOKEN)
+    with pytest.raises(launcher.ServersExited) as failed:
+        launch(config, run_dir=tmp_path / "run", token_file=token_file)
+    assert "attempts" not in str(failed.value) and failed.value.names == ["counter"]
+    log = (tmp_path / "run" / "counter.log").read_text().lower()
+    assert log.count("address already in use") == 1
