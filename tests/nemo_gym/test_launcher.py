@@ -81,10 +81,11 @@ def test_a_server_that_cannot_start_fails_the_launch(tmp_path: Path) -> None:
 
 @pytest.fixture
 def held_port() -> Iterator[int]:
-    """A port something else listens on while the test runs."""
+    """A port another socket holds while the test runs, bound and not listening, as an
+    outgoing connection holds its local port: a server cannot bind it, and nothing
+    answers on it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
-        holder.listen()
         yield int(holder.getsockname()[1])
 
 
