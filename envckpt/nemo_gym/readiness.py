@@ -3,7 +3,11 @@
 uvicorn runs the app's lifespan startup *before* it binds its socket, so a
 file written at startup could be read while connections are still refused.
 Instead a background task started by the lifespan connects to the server's
-own address until that succeeds, then writes the file atomically::
+own address until that succeeds, then writes the file atomically. A
+connection is only proof where this process holds the listening socket: on
+Linux the task also looks the listener up in ``/proc``, so a port another
+process took (and serves) is never announced; this server's own bind then
+fails, it exits, and the launcher sees why::
 
     announce_when_listening(app, host="127.0.0.1", port=8000, ready_file=path, name="policy")
     # the launcher waits for: {"name": "policy", "url": "http://127.0.0.1:8000", "pid": 1234}
@@ -28,21 +32,49 @@ def server_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+def listening_here(port: int) -> bool | None:
+    """Whether this process holds a TCP socket listening on ``port``; None where
+    ``/proc`` cannot say (not Linux)."""
+    try:
+        listeners = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(FileNotFoundError), open(table) as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    # sl local_address rem_address st ... inode: 0A is LISTEN.
+                    fields = row.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        listeners.add(f"socket:[{fields[9]}]")
+        if not listeners:
+            return False
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}") in listeners:
+                    return True
+        return False
+    except OSError:
+        return None
+
+
 async def wait_until_listening(host: str, port: int, *, timeout: float = 60.0) -> None:
+    """Return once this process's server accepts connections on ``host:port``."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + timeout
     while True:
         try:
             _, writer = await asyncio.open_connection(host, port)
         except OSError:
-            if loop.time() > give_up:
-                raise TimeoutError(f"nothing listens on {host}:{port} after {timeout} s") from None
-            await asyncio.sleep(POLL_SECONDS)
-            continue
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return
+            pass
+        else:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            # Someone listens there; unless /proc says it is another process, it is us.
+            if listening_here(port) is not False:
+                return
+        if loop.time() > give_up:
+            raise TimeoutError(f"this server does not listen on {host}:{port} after {timeout} s")
+        await asyncio.sleep(POLL_SECONDS)
 
 
 def announce_when_listening(

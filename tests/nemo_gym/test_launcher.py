@@ -79,13 +79,15 @@ def test_a_server_that_cannot_start_fails_the_launch(tmp_path: Path) -> None:
     assert "chmod 600" in (tmp_path / "run" / "counter.log").read_text()
 
 
-@pytest.fixture
-def held_port() -> Iterator[int]:
-    """A port another socket holds while the test runs, bound and not listening, as an
-    outgoing connection holds its local port: a server cannot bind it, and nothing
-    answers on it."""
+@pytest.fixture(params=["bound", "listening"])
+def held_port(request: pytest.FixtureRequest) -> Iterator[int]:
+    """A port another socket holds while the test runs: bound, as an outgoing connection
+    holds its local port, or listening, as another server would (it accepts the
+    readiness probe's connection, and must not pass for the server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
         holder.bind(("127.0.0.1", 0))
+        if request.param == "listening":
+            holder.listen()
         yield int(holder.getsockname()[1])
 
 
