@@ -247,9 +247,12 @@ def _log_sizes(directory: Path, names: list[str]) -> dict[str, int]:
 
 def _port_taken(directory: Path, name: str, since: int) -> bool:
     """Whether the server's log, from ``since`` on, says its port was taken."""
-    with (directory / f"{name}.log").open("rb") as log:
-        log.seek(since)
-        return _PORT_TAKEN in log.read().lower()
+    try:
+        with (directory / f"{name}.log").open("rb") as log:
+            log.seek(since)
+            return _PORT_TAKEN in log.read().lower()
+    except FileNotFoundError:
+        return False
 
 
 def _launch_once(
@@ -319,12 +322,9 @@ def _launch_once(
         deployment.urls.update(_wait_ready(pending, processes, startup_timeout))
     except ServersExited as exited:
         deployment.stop(grace=2.0)
-        taken = [
-            name
-            for name in exited.names
-            if name in picked and _port_taken(directory, name, logs[name])
-        ]
-        if taken:
+        if any(
+            name in picked and _port_taken(directory, name, logs[name]) for name in exited.names
+        ):
             raise _PickedPortTaken(exited.names) from exited
         raise
     except BaseException:
