@@ -309,8 +309,9 @@ def configure(
         )
         factory = structlog.WriteLoggerFactory(file=cast("TextIO", output))
     structlog.configure(
-        # A list of its own: capture_logs edits the configured list in place.
-        processors=[structlog.contextvars.merge_contextvars, _stamp, renderer],
+        # A list of its own (capture_logs edits the configured list in place):
+        # _JSON_PIPELINE's steps, with this output's renderer last.
+        processors=[*_JSON_PIPELINE[:-1], renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=factory,
         cache_logger_on_first_use=False,

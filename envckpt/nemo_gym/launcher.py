@@ -236,11 +236,16 @@ def launch(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+def _log(directory: Path, name: str) -> Path:
+    """Where the server ``name`` writes its output."""
+    return directory / f"{name}.log"
+
+
 def _log_sizes(directory: Path, names: list[str]) -> dict[str, int]:
     """Where each server's log ends before this attempt appends to it."""
     sizes = {}
     for name in names:
-        path = directory / f"{name}.log"
+        path = _log(directory, name)
         sizes[name] = path.stat().st_size if path.exists() else 0
     return sizes
 
@@ -248,7 +253,7 @@ def _log_sizes(directory: Path, names: list[str]) -> dict[str, int]:
 def _port_taken(directory: Path, name: str, since: int) -> bool:
     """Whether the server's log, from ``since`` on, says its port was taken."""
     try:
-        with (directory / f"{name}.log").open("rb") as log:
+        with _log(directory, name).open("rb") as log:
             log.seek(since)
             return _PORT_TAKEN in log.read().lower()
     except FileNotFoundError:
@@ -292,7 +297,7 @@ def _launch_once(
                     str(float(block.get("scripted_policy_latency") or 0.0)),
                 ],
                 env=os.environ,
-                log=directory / f"{SCRIPTED_POLICY}.log",
+                log=_log(directory, SCRIPTED_POLICY),
                 preload=preload,
             )
             backend = _wait_ready({SCRIPTED_POLICY: ready}, processes, startup_timeout)
@@ -316,7 +321,7 @@ def _launch_once(
                 "envckpt.nemo_gym.serve",
                 [],
                 env=env,
-                log=directory / f"{name}.log",
+                log=_log(directory, name),
                 preload=preload,
             )
         deployment.urls.update(_wait_ready(pending, processes, startup_timeout))
