@@ -64,6 +64,16 @@ def test_a_run_logs_every_transition_as_json_and_leaks_no_file(
     assert {"machine", "trigger", "source", "dest", "timestamp", "ts"} <= set(event)
 
 
+def test_a_run_without_absent_measures_on_and_off_only(
+    tmp_path: Path, restored_structlog: None
+) -> None:
+    """``absent=False`` (what --quick runs) leaves that variant out and nothing else."""
+    cpu, wall, events = logging_cost.run(tmp_path, rounds=2, cycles=1, absent=False)
+    assert events == 15
+    assert {name: len(values) for name, values in cpu.items()} == {"on": 2, "off": 2}
+    assert set(wall) == set(cpu)
+
+
 def test_the_file_count_sees_a_leak(tmp_path: Path) -> None:
     """Tampered: a file left open between two counts is seen."""
     before = _open_files()
