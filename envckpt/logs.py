@@ -85,7 +85,15 @@ _FILTERING = frozenset(
 class _Resolved:
     """The structlog logger made under one configuration, and its emitter per level."""
 
-    __slots__ = ("context_class", "emitters", "factory", "logger", "processors", "wrapper")
+    __slots__ = (
+        "context_class",
+        "emitters",
+        "factory",
+        "logger",
+        "processors",
+        "records",
+        "wrapper",
+    )
 
     def __init__(self, config: Any, logger: Any) -> None:
         # The parts themselves, not their ids: a list freed and another made at
@@ -96,6 +104,7 @@ class _Resolved:
         self.context_class = config.default_context_class
         self.logger = logger
         self.emitters: dict[str, Callable[..., None] | None] = {}
+        self.records: dict[str, Callable[[str, dict[str, Any]], None] | None] = {}
 
     def holds(self, config: Any) -> bool:
         """Whether structlog is still configured as when this logger was made."""
@@ -135,6 +144,27 @@ class _Resolved:
             self.emitters[level] = emit
         return emit
 
+    def record_emitter(self, level: str) -> Callable[[str, dict[str, Any]], None] | None:
+        """``emitter(level)`` taking the fields as one dict (``emit(event, fields)``), kept
+        as ``emitter`` keeps its answer."""
+        emit = self.emitter(level)
+        filtering = type(self.logger) in _FILTERING
+        record = None
+        if emit is not None:
+            record = (_json_records(self.logger, level) if filtering else None) or _spread(emit)
+        if filtering:
+            self.records[level] = record
+        return record
+
+
+def _spread(emit: Callable[..., None]) -> Callable[[str, dict[str, Any]], None]:
+    """``emit(event, **fields)`` called as ``record(event, fields)``."""
+
+    def record(event: str, fields: dict[str, Any]) -> None:
+        emit(event, **fields)
+
+    return record
+
 
 def _processing(logger: Any, level: str) -> Callable[..., None]:
     """``logger.<level>`` of a structlog filtering logger, one step shorter.
@@ -159,8 +189,20 @@ def _processing(logger: Any, level: str) -> Callable[..., None]:
 
 
 def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
+    """``_json_records``'s emitter called as ``emit(event, **fields)``, or None."""
+    record = _json_records(logger, level)
+    if record is None:
+        return None
+
+    def emit(event: str, **fields: Any) -> None:
+        record(event, fields)
+
+    return emit
+
+
+def _json_records(logger: Any, level: str) -> Callable[[str, dict[str, Any]], None] | None:
     """The emitter of ``configure(json=True)`` to a binary file, or None under any other
-    configuration.
+    configuration; it takes an event's fields as one dict, which it fills in.
 
     It does what ``_processing`` does with that configuration (its three
     processors in order, then one write of the line) in one call: this is the
@@ -174,10 +216,12 @@ def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
     if processors != _JSON_PIPELINE or not isinstance(writer, _LineWriter) or logger._context:
         return None
     general = _processing(logger, level)
-    merge, stamp, render = _JSON_PIPELINE
+    merge, _, render = _JSON_PIPELINE
     write, whole = writer._write, writer._flush is None
+    level_name = _LEVEL_OF_METHOD.get(level, level)
+    clock, iso = time.time, _iso_utc
 
-    def emit(event: str, **fields: Any) -> None:
+    def record(event: str, fields: dict[str, Any]) -> None:
         if processors != _JSON_PIPELINE:
             general(event, **fields)
             return
@@ -186,14 +230,22 @@ def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
         fields["event"] = event
         if _CONTEXT_VARS is None or _CONTEXT_VARS:
             merge(writer, level, fields)
-        line = render(writer, level, stamp(writer, level, fields))
+        # _stamp's steps, in its order (a test holds the bytes equal).
+        fields["level"] = level_name
+        now = clock()
+        fields["timestamp"] = iso(now)
+        fields.setdefault("ts", now)
+        stamped: MutableMapping[str, Any] = fields
+        if "exc_info" in fields:
+            stamped = structlog.processors.format_exc_info(writer, level, fields)
+        line = render(writer, level, stamped)
         # One write takes the whole line but for a signal or a full disk; the
         # writer finishes a short write (and flushes a buffered file).
         written = write(line)
         if written != len(line) or not whole:
             writer.finish(line, written)
 
-    return emit
+    return record
 
 
 class EnvckptLogger:
@@ -228,6 +280,23 @@ class EnvckptLogger:
             return resolved.emitters[level]
         except KeyError:
             return resolved.emitter(level)
+
+    def enabled_fields(self, level: str) -> Callable[[str, dict[str, Any]], None] | None:
+        """``enabled(level)`` for a caller that has an event's fields as one dict already:
+        ``emit(event, fields)``, which may add to ``fields`` (pass a dict of its own).
+
+        The machines log each transition this way: spreading a dict into keyword
+        arguments only for the emitter to gather them again costs as much as
+        rendering the line.
+        """
+        if not _STRUCTLOG.is_configured or self._context:
+            emit = self.enabled(level)
+            return None if emit is None else _spread(emit)
+        resolved = self._structlog()
+        try:
+            return resolved.records[level]
+        except KeyError:
+            return resolved.record_emitter(level)
 
     def _structlog(self) -> _Resolved:
         """The structlog logger for this name under the current configuration."""
@@ -362,7 +431,8 @@ def _stamp(logger: Any, method: str, event: MutableMapping[str, Any]) -> Mutable
 
     The same fields in the same order as those processors wrote them: an
     event costs a few processor calls fewer (the transition log's share of a
-    snapshot).
+    snapshot). ``_json_records`` repeats these steps inline; a test holds both
+    lines equal, byte for byte.
     """
     event["level"] = _LEVEL_OF_METHOD.get(method, method)
     now = time.time()
@@ -419,7 +489,7 @@ def _json_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> byt
 # finds nothing. None where structlog no longer keeps them there.
 _CONTEXT_VARS: dict[str, Any] | None = getattr(structlog.contextvars, "_CONTEXT_VARS", None)
 
-# What ``configure(json=True)`` to a binary file runs, in order (see ``_json_lines``).
+# What ``configure(json=True)`` to a binary file runs, in order (see ``_json_records``).
 _JSON_PIPELINE: list[Callable[..., Any]] = [
     structlog.contextvars.merge_contextvars,
     _stamp,

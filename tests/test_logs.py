@@ -318,16 +318,30 @@ _EVENTS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+def _keywords(log: logs.EnvckptLogger) -> Any:
+    emit = log.enabled("info")
+    assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
+    return lambda event, fields: emit(event, **fields)
+
+
+def _one_dict(log: logs.EnvckptLogger) -> Any:
+    record = log.enabled_fields("info")
+    assert record is not None and record.__qualname__ == "_json_records.<locals>.record"
+    return lambda event, fields: record(event, dict(fields))
+
+
+@pytest.mark.parametrize("entry", [_keywords, _one_dict], ids=["keywords", "one-dict"])
 def test_the_json_emitter_writes_the_bytes_the_processors_write(
-    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
+    restored_structlog: None, monkeypatch: pytest.MonkeyPatch, entry: Any
 ) -> None:
-    """configure(json=True) to a binary file: its own emitter, and per event the same
-    line, byte for byte, as structlog's method through the configured processors
-    (context variables bound and not, a traceback, keys and numbers orjson refuses)."""
+    """configure(json=True) to a binary file: its own emitter, called with keyword
+    arguments (enabled) or one dict (enabled_fields), and per event the same line, byte
+    for byte, as structlog's method through the configured processors (context
+    variables bound and not, a traceback, keys and numbers orjson refuses)."""
     monkeypatch.setattr(logs.time, "time", lambda: 1796150000.25)
     ours, theirs = io.BytesIO(), io.BytesIO()
-    emit = _json_recipe(ours)
-    assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
+    _json_recipe(ours)
+    emit = entry(logs.get_logger("envckpt.tests.lines"))
     _json_recipe(theirs)
     method = logs.get_logger("envckpt.tests.lines")._structlog().logger.info
     try:
@@ -338,7 +352,7 @@ def test_the_json_emitter_writes_the_bytes_the_processors_write(
             structlog.contextvars.bind_contextvars(**bound)
             try:
                 for event, fields in events:
-                    emit(event, **fields)
+                    emit(event, fields)
                     method(event, **fields)
             finally:
                 structlog.contextvars.clear_contextvars()
@@ -375,7 +389,8 @@ def test_any_event_is_the_same_line_through_either_emitter(
     fields: dict[str, Any], event: str
 ) -> None:
     """Whatever the fields (numbers orjson refuses, NaN, non-string keys, a caller's own
-    ``level`` or ``ts``), the JSON emitter writes the processors' line, byte for byte."""
+    ``level`` or ``ts``), the JSON emitter writes the processors' line, byte for byte,
+    called with keyword arguments or with one dict."""
     saved = structlog.get_config()
     ours, theirs = io.BytesIO(), io.BytesIO()
     try:
@@ -384,11 +399,16 @@ def test_any_event_is_the_same_line_through_either_emitter(
             emit = _json_recipe(ours)
             assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
             emit(event, **fields)
+            record = logs.get_logger("envckpt.tests.lines").enabled_fields("info")
+            assert record is not None and record.__qualname__ == "_json_records.<locals>.record"
+            record(event, dict(fields))
             _json_recipe(theirs)
-            logs.get_logger("envckpt.tests.lines")._structlog().logger.info(event, **fields)
+            method = logs.get_logger("envckpt.tests.lines")._structlog().logger.info
+            method(event, **fields)
+            method(event, **fields)
     finally:
         structlog.configure(**saved)
-    assert ours.getvalue() == theirs.getvalue() and ours.getvalue().endswith(b"\n")
+    assert ours.getvalue() == theirs.getvalue() and ours.getvalue().count(b"\n") == 2
 
 
 def test_the_json_emitter_skips_no_bound_context_variable(

@@ -184,18 +184,20 @@ class BoundMachine(Generic[S]):
             elapsed=round(now - model.entered_at, 6),
         )
         model.entered_at = now
-        emit = _LOG.enabled("info")
+        emit = _LOG.enabled_fields("info")
         if emit is not None:  # filtered: the fields are never built
             emit(
                 "transition",
-                machine=record.machine,
-                instance_id=record.instance_id,
-                trigger=record.trigger,
-                source=record.source,
-                dest=record.dest,
-                checkpoint_id=record.checkpoint_id,
-                elapsed=record.elapsed,
-                **model.log_fields,
+                {
+                    "machine": record.machine,
+                    "instance_id": record.instance_id,
+                    "trigger": record.trigger,
+                    "source": record.source,
+                    "dest": record.dest,
+                    "checkpoint_id": record.checkpoint_id,
+                    "elapsed": record.elapsed,
+                    **model.log_fields,
+                },
             )
         return record
 

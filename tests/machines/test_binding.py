@@ -165,14 +165,14 @@ def test_fire_restarts_the_elapsed_clock() -> None:
 def test_a_filtered_transition_builds_no_event(monkeypatch: pytest.MonkeyPatch) -> None:
     """Logging filtered above INFO: the transition fires and no event is even built."""
     built: list[str] = []
-    enabled = logs.EnvckptLogger.enabled
+    enabled = logs.EnvckptLogger.enabled_fields
 
     def recording(self: logs.EnvckptLogger, level: str) -> Any:
         if enabled(self, level) is None:
             return None
-        return lambda event, **fields: built.append(event)
+        return lambda event, fields: built.append(event)
 
-    monkeypatch.setattr(logs.EnvckptLogger, "enabled", recording)
+    monkeypatch.setattr(logs.EnvckptLogger, "enabled_fields", recording)
     saved = structlog.get_config()
     try:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
