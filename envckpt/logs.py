@@ -33,18 +33,15 @@ binary (as ``path=`` opens it)::
 from __future__ import annotations
 
 import io
-import json as _json
 import logging
-import math
 import sys
-import time
-from collections.abc import Callable, MutableMapping
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
-import orjson
 import structlog
+
+from envckpt.log_lines import JSON_PIPELINE, LineWriter, json_line, json_records, orjson_text
 
 ROOT = "envckpt"
 # The library's stdlib loggers stay silent unless the host adds handlers.
@@ -151,7 +148,9 @@ class _Resolved:
         filtering = type(self.logger) in _FILTERING
         record = None
         if emit is not None:
-            record = (_json_records(self.logger, level) if filtering else None) or _spread(emit)
+            general = _processing(self.logger, level) if filtering else None
+            fused = None if general is None else json_records(self.logger, level, general)
+            record = fused or _spread(emit)
         if filtering:
             self.records[level] = record
         return record
@@ -189,8 +188,9 @@ def _processing(logger: Any, level: str) -> Callable[..., None]:
 
 
 def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
-    """``_json_records``'s emitter called as ``emit(event, **fields)``, or None."""
-    record = _json_records(logger, level)
+    """``log_lines.json_records``'s emitter called as ``emit(event, **fields)``, or None
+    under any configuration but ``configure(json=True)`` to a binary file."""
+    record = json_records(logger, level, _processing(logger, level))
     if record is None:
         return None
 
@@ -198,54 +198,6 @@ def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
         record(event, fields)
 
     return emit
-
-
-def _json_records(logger: Any, level: str) -> Callable[[str, dict[str, Any]], None] | None:
-    """The emitter of ``configure(json=True)`` to a binary file, or None under any other
-    configuration; it takes an event's fields as one dict, which it fills in.
-
-    It does what ``_processing`` does with that configuration (its three
-    processors in order, then one write of the line) in one call: this is the
-    transition log of a deployment, an event per machine move, and each step
-    saved here is a share of a snapshot. Should the processors list stop
-    holding exactly those three (``capture_logs`` swaps its contents in place),
-    the event goes through ``_processing`` instead, at every call.
-    """
-    processors = logger._processors
-    writer = logger._logger
-    if processors != _JSON_PIPELINE or not isinstance(writer, _LineWriter) or logger._context:
-        return None
-    general = _processing(logger, level)
-    merge, _, render = _JSON_PIPELINE
-    write, whole = writer._write, writer._flush is None
-    level_name = _LEVEL_OF_METHOD.get(level, level)
-    clock, iso = time.time, _iso_utc
-
-    def record(event: str, fields: dict[str, Any]) -> None:
-        if processors != _JSON_PIPELINE:
-            general(event, **fields)
-            return
-        # The event dict as _process_event builds it (an empty context, then the
-        # fields, then the event), through the same processors.
-        fields["event"] = event
-        if _CONTEXT_VARS is None or _CONTEXT_VARS:
-            merge(writer, level, fields)
-        # _stamp's steps, in its order (a test holds the bytes equal).
-        fields["level"] = level_name
-        now = clock()
-        fields["timestamp"] = iso(now)
-        fields.setdefault("ts", now)
-        stamped: MutableMapping[str, Any] = fields
-        if "exc_info" in fields:
-            stamped = structlog.processors.format_exc_info(writer, level, fields)
-        line = render(writer, level, stamped)
-        # One write takes the whole line but for a signal or a full disk; the
-        # writer finishes a short write (and flushes a buffered file).
-        written = write(line)
-        if written != len(line) or not whole:
-            writer.finish(line, written)
-
-    return record
 
 
 class EnvckptLogger:
@@ -369,140 +321,19 @@ def configure(
     renderer: Any
     factory: Any
     if json and isinstance(output, io.RawIOBase | io.BufferedIOBase):
-        renderer, factory = _json_line, _LineWriter(cast("IO[bytes]", output)).factory
+        renderer, factory = json_line, LineWriter(cast("IO[bytes]", output)).factory
     else:
         renderer = (
-            structlog.processors.JSONRenderer(serializer=_orjson_text, default=str)
+            structlog.processors.JSONRenderer(serializer=orjson_text, default=str)
             if json
             else structlog.dev.ConsoleRenderer(colors=False)
         )
         factory = structlog.WriteLoggerFactory(file=cast("TextIO", output))
     structlog.configure(
         # A list of its own (capture_logs edits the configured list in place):
-        # _JSON_PIPELINE's steps, with this output's renderer last.
-        processors=[*_JSON_PIPELINE[:-1], renderer],
+        # JSON_PIPELINE's steps, with this output's renderer last.
+        processors=[*JSON_PIPELINE[:-1], renderer],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
         logger_factory=factory,
         cache_logger_on_first_use=False,
     )
-
-
-class _LineWriter:
-    """structlog's wrapped logger for a binary file: each rendered line (bytes,
-    newline included) in one write, flushed, so it is in the OS when the call
-    returns; no lock, as one write to a file opened for appending is one
-    append, whole."""
-
-    __slots__ = ("_file", "_flush", "_write")
-
-    def __init__(self, file: IO[bytes]) -> None:
-        self._file = file
-        self._write = file.write
-        # A raw file has no buffer to flush; a buffered one must reach the OS.
-        self._flush = None if isinstance(file, io.RawIOBase) else file.flush
-
-    def factory(self, *args: Any) -> _LineWriter:
-        """structlog's ``logger_factory``: every logger writes to this one file."""
-        return self
-
-    def msg(self, line: bytes) -> None:
-        self.finish(line, self._write(line))
-
-    def finish(self, line: bytes, written: int | None) -> None:
-        """What is left after a first write took ``written`` bytes of ``line``."""
-        # A raw write may take part of a line (a signal, a full pipe): write the rest.
-        while written is not None and written < len(line):
-            line = line[written:]
-            written = self._write(line)
-        if self._flush is not None:
-            self._flush()
-
-    log = debug = info = warn = warning = msg
-    fatal = failure = err = error = critical = exception = msg
-
-
-# What structlog's add_log_level writes for a method name that is not a level.
-_LEVEL_OF_METHOD = {"warn": "warning", "exception": "error"}
-
-
-def _stamp(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """structlog's ``add_log_level``, ``TimeStamper(fmt="iso", utc=True)`` and
-    ``format_exc_info`` in one step, plus ``ts``; one clock read for both times.
-
-    The same fields in the same order as those processors wrote them: an
-    event costs a few processor calls fewer (the transition log's share of a
-    snapshot). ``_json_records`` repeats these steps inline; a test holds both
-    lines equal, byte for byte.
-    """
-    event["level"] = _LEVEL_OF_METHOD.get(method, method)
-    now = time.time()
-    event["timestamp"] = _iso_utc(now)
-    # Charts overlay and order events from several processes by this field.
-    event.setdefault("ts", now)
-    if "exc_info" in event:
-        return structlog.processors.format_exc_info(logger, method, event)
-    return event
-
-
-# The last whole second formatted, as (second, "YYYY-MM-DDTHH:MM:SS"): events
-# come many to a second, and formatting the date is most of a timestamp's cost.
-_last_second: tuple[float, str] = (-1.0, "")
-
-
-def _iso_utc(seconds: float) -> str:
-    """``datetime.fromtimestamp(seconds, timezone.utc).isoformat()`` with ``Z`` for
-    ``+00:00``, as structlog's ISO UTC stamp writes it (no fraction when it is 0)."""
-    global _last_second
-    # Microseconds rounded half to even, carried into the second, as datetime does.
-    fraction, whole = math.modf(seconds)
-    micros = round(fraction * 1e6)
-    if micros >= 1_000_000:
-        micros -= 1_000_000
-        whole += 1.0
-    cached, text = _last_second
-    if whole != cached:
-        text = datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        _last_second = (whole, text)
-    return "%s.%06dZ" % (text, micros) if micros else text + "Z"  # noqa: UP031 - faster
-
-
-_JSON_LINE = orjson.OPT_APPEND_NEWLINE
-_JSON_LINE_ANY_KEYS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
-
-
-def _json_line(logger: Any, method: str, event: MutableMapping[str, Any]) -> bytes:
-    """The event as one JSON line in bytes (what ``_orjson_text`` writes, encoded,
-    with its newline), for a binary file."""
-    try:
-        # String keys, the usual event: orjson's key check is a third of its time.
-        return orjson.dumps(event, default=str, option=_JSON_LINE)
-    except TypeError:
-        pass
-    try:
-        return orjson.dumps(event, default=str, option=_JSON_LINE_ANY_KEYS)
-    except TypeError:
-        return (_json.dumps(event, default=str) + "\n").encode()
-
-
-# structlog's context variables, made only by bind_contextvars: while it has
-# made none, merge_contextvars (a walk over every variable of the context)
-# finds nothing. None where structlog no longer keeps them there.
-_CONTEXT_VARS: dict[str, Any] | None = getattr(structlog.contextvars, "_CONTEXT_VARS", None)
-
-# What ``configure(json=True)`` to a binary file runs, in order (see ``_json_records``).
-_JSON_PIPELINE: list[Callable[..., Any]] = [
-    structlog.contextvars.merge_contextvars,
-    _stamp,
-    _json_line,
-]
-
-
-def _orjson_text(event: Any, **options: Any) -> str:
-    # About a third of the standard library's time per event. Non-string keys
-    # are written as strings, other types through ``default``; what orjson
-    # refuses even so (integers beyond 64 bits) the standard library writes.
-    default = options.get("default")
-    try:
-        return orjson.dumps(event, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:
-        return _json.dumps(event, default=default)
