@@ -170,7 +170,6 @@ def json_records(
     merge, _, render = JSON_PIPELINE
     write, whole = writer._write, writer._flush is None
     level_name = LEVEL_OF_METHOD.get(level, level)
-    clock, iso = time.time, iso_utc
 
     def record(event: str, fields: dict[str, Any]) -> None:
         if processors != JSON_PIPELINE:
@@ -183,8 +182,8 @@ def json_records(
             merge(writer, level, fields)
         # stamp's steps, in its order (a test holds the bytes equal).
         fields["level"] = level_name
-        now = clock()
-        fields["timestamp"] = iso(now)
+        now = time.time()
+        fields["timestamp"] = iso_utc(now)
         fields.setdefault("ts", now)
         stamped: MutableMapping[str, Any] = fields
         if "exc_info" in fields:
