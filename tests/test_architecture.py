@@ -23,7 +23,10 @@ MAX_MODULE_LINES = 450
 # Bottom to top, as docs/engine.md "Layers" draws it. A module may import
 # from its own layer and the layers below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("values", ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "log_lines", "extras")),
+    (
+        "values",
+        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "log_lines", "extras"),
+    ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),
     ("interfaces", ("interfaces", "inventory")),
