@@ -79,6 +79,10 @@ _FILTERING = frozenset(
 )
 
 
+# An emitter taking an event's fields as one dict, which it may fill in.
+_Record = Callable[[str, dict[str, Any]], None]
+
+
 class _Resolved:
     """The structlog logger made under one configuration, and its emitter per level."""
 
@@ -101,7 +105,7 @@ class _Resolved:
         self.context_class = config.default_context_class
         self.logger = logger
         self.emitters: dict[str, Callable[..., None] | None] = {}
-        self.records: dict[str, Callable[[str, dict[str, Any]], None] | None] = {}
+        self.records: dict[str, _Record | None] = {}
 
     def holds(self, config: Any) -> bool:
         """Whether structlog is still configured as when this logger was made."""
@@ -129,34 +133,32 @@ class _Resolved:
         whose level is fixed; another (stdlib's BoundLogger) may follow a level
         the host changes at any time, so it is asked again at every call.
         """
-        filtering = type(self.logger) in _FILTERING
-        emit: Callable[..., None] | None
-        if not self.allows(level):
-            emit = None
-        elif filtering:
-            emit = _json_lines(self.logger, level) or _processing(self.logger, level)
-        else:
-            emit = getattr(self.logger, level)
-        if filtering:
-            self.emitters[level] = emit
-        return emit
+        return self._resolve(level)[0]
 
     def record_emitter(self, level: str) -> Callable[[str, dict[str, Any]], None] | None:
         """``emitter(level)`` taking the fields as one dict (``emit(event, fields)``), kept
         as ``emitter`` keeps its answer."""
-        emit = self.emitter(level)
+        return self._resolve(level)[1]
+
+    def _resolve(self, level: str) -> tuple[Callable[..., None] | None, _Record | None]:
+        """Both emitters of ``level``, made once and kept together under a filtering logger."""
         filtering = type(self.logger) in _FILTERING
-        record = None
-        if emit is not None:
-            general = _processing(self.logger, level) if filtering else None
-            fused = None if general is None else json_records(self.logger, level, general)
-            record = fused or _spread(emit)
+        pair: tuple[Callable[..., None] | None, _Record | None]
+        if not self.allows(level):
+            pair = (None, None)
+        elif not filtering:
+            method = getattr(self.logger, level)
+            pair = (method, _spread(method))
+        else:
+            general = _processing(self.logger, level)
+            record = json_records(self.logger, level, general)
+            pair = (general, _spread(general)) if record is None else (_json_lines(record), record)
         if filtering:
-            self.records[level] = record
-        return record
+            self.emitters[level], self.records[level] = pair
+        return pair
 
 
-def _spread(emit: Callable[..., None]) -> Callable[[str, dict[str, Any]], None]:
+def _spread(emit: Callable[..., None]) -> _Record:
     """``emit(event, **fields)`` called as ``record(event, fields)``."""
 
     def record(event: str, fields: dict[str, Any]) -> None:
@@ -187,12 +189,8 @@ def _processing(logger: Any, level: str) -> Callable[..., None]:
     return emit
 
 
-def _json_lines(logger: Any, level: str) -> Callable[..., None] | None:
-    """``log_lines.json_records``'s emitter called as ``emit(event, **fields)``, or None
-    under any configuration but ``configure(json=True)`` to a binary file."""
-    record = json_records(logger, level, _processing(logger, level))
-    if record is None:
-        return None
+def _json_lines(record: _Record) -> Callable[..., None]:
+    """``log_lines.json_records``'s emitter ``record`` called as ``emit(event, **fields)``."""
 
     def emit(event: str, **fields: Any) -> None:
         record(event, fields)
@@ -233,7 +231,7 @@ class EnvckptLogger:
         except KeyError:
             return resolved.emitter(level)
 
-    def enabled_fields(self, level: str) -> Callable[[str, dict[str, Any]], None] | None:
+    def enabled_fields(self, level: str) -> _Record | None:
         """``enabled(level)`` for a caller that has an event's fields as one dict already:
         ``emit(event, fields)``, which may add to ``fields`` (pass a dict of its own).
 
