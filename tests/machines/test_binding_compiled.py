@@ -1,13 +1,20 @@
-"""A freshly compiled ``BoundMachine`` (not the cached one) fires exactly each table's rows."""
+"""A freshly compiled ``BoundMachine`` (not the cached one) fires exactly each table's rows,
+through a trigger that answers as ``transitions``' own."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from transitions import Event, MachineError
 
 from envckpt.errors import IllegalTransition
-from envckpt.machines.binding import BoundMachine
+from envckpt.machines.binding import (
+    BoundMachine,
+    _declares_only_state_changes,
+    _Machine,
+    _Trigger,
+)
 from envckpt.machines.table import MachineTable
 from envckpt.machines.tables import ALL_TABLES
 
@@ -36,3 +43,45 @@ def test_a_fresh_binding_fires_every_row_and_refuses_the_rest(table: MachineTabl
             )
     with pytest.raises(IllegalTransition):
         machine.fire(machine.new("m"), "no-such-trigger")
+
+
+class _Model:
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+
+def _outcome(trigger_fn: Any, event: Any, state: str) -> tuple[object, str]:
+    model = _Model(state)
+    try:
+        result: object = trigger_fn(event, model)
+    except MachineError as error:
+        result = ("MachineError", str(error))
+    return result, model.state
+
+
+@pytest.mark.parametrize("table", ALL_TABLES, ids=[t.name for t in ALL_TABLES])
+def test_the_lean_trigger_answers_as_transitions_stock_trigger(table: MachineTable[Any]) -> None:
+    """For every state and every event of every table, the binding's ``_Trigger``
+    returns, raises (with the same message) and moves the model exactly as
+    ``transitions``' own ``Event.trigger`` does on the same machine."""
+    machine = BoundMachine(table)._machine
+    assert all(isinstance(event, _Trigger) for event in machine.events.values())
+    compared = 0
+    for event in machine.events.values():
+        for source in table.states:
+            lean = _outcome(_Trigger.trigger, event, str(source))
+            stock = _outcome(Event.trigger, event, str(source))
+            assert lean == stock, (table.name, event.name, source)
+            compared += 1
+    assert compared == len(machine.events) * len(table.states)
+
+
+def test_a_queued_machine_is_refused_by_the_build_check() -> None:
+    """The lean trigger runs a row at once; a queued machine would defer it, so the
+    check run when a table is bound refuses a machine with a queue."""
+    for queued in (False, True):
+        machine = _Machine(
+            model=None, states=["a", "b"], initial="a", auto_transitions=False, queued=queued
+        )
+        machine.add_transition("go", "a", "b")
+        assert _declares_only_state_changes(machine) is not queued
