@@ -15,7 +15,7 @@ bookkeeping afterwards.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ async def export_and_write(
     instance: str,
     checkpoint_dir: Path,
     scope: tuple[EnvironmentEpisode, ...] | None,
-    current: Callable[[EnvironmentEpisode], bool],
+    current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
     before_publish: Sequence[Callable[[], None]],
 ) -> dict[str, Any]:
     """Export the scope once, write records and manifest; return the commit reply.
@@ -92,7 +92,7 @@ async def export_and_write(
         # Resumed before this task first ran: leave no files behind at all.
         raise _stale(checkpoint_id)
     held_or_named = hooks.live_episodes() if scope is None else scope
-    wanted = frozenset(filter(current, held_or_named))
+    wanted = current(held_or_named)
     # Admission stays closed until this write ends or is aborted (and an
     # aborted write never publishes), so the exported state stays quiet
     # while the worker thread serialises it.

@@ -286,7 +286,7 @@ class ParticipantCore:
             instance=self.instance,
             checkpoint_dir=Path(checkpoint_dir),
             scope=scope,
-            current=self.fence.is_current,
+            current=self.fence.current,
             before_publish=self.before_publish,
         )
         async with self._lock:

@@ -11,6 +11,7 @@ keeps, per rollout:
 * the number of calls of each attempt **in flight** (prepare waits for zero).
 
     fence.refusal(episode)            # None, or (code, detail) to refuse with
+    fence.current(scope)              # the scope's episodes that may still act
     fence.admitted(episode)           # a call starts
     fence.left(episode)               # ... and reaches its boundary
     fence.retire(episodes)            # marks go up before anything stops
@@ -57,6 +58,21 @@ class AttemptFence:
         mark = self._marks.get(episode.rollout_id)
         latest = self._latest.get(episode.rollout_id, episode.attempt)
         return (mark is None or episode.attempt > mark) and episode.attempt >= latest
+
+    def current(self, episodes: Iterable[EnvironmentEpisode]) -> frozenset[EnvironmentEpisode]:
+        """The ``episodes`` that may still act: ``is_current`` of each, in one pass.
+
+        A commit asks this of every episode in its scope; spelled out, it
+        makes no call per episode. Attempts are never negative, so a missing
+        mark (-1) refuses none and a missing latest attempt (0) supersedes none.
+        """
+        marks, latest = self._marks, self._latest
+        return frozenset(
+            episode
+            for episode in episodes
+            if episode.attempt > marks.get(episode.rollout_id, -1)
+            and episode.attempt >= latest.get(episode.rollout_id, 0)
+        )
 
     def refusal(self, episode: EnvironmentEpisode) -> tuple[ErrorCode, str] | None:
         """Why ``episode`` may not act, or None if it may."""

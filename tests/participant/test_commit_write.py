@@ -44,7 +44,7 @@ async def _write(
             instance="agent",
             checkpoint_dir=directory,
             scope=scope,
-            current=current or (lambda episode: True),
+            current=current or frozenset,
             before_publish=before_publish or [],
         )
     )
@@ -83,7 +83,7 @@ async def test_only_current_attempts_in_scope_are_exported(tmp_path: Path) -> No
         hooks,
         tmp_path,
         scope=(ep("r1"), ep("r2")),
-        current=lambda episode: episode != ep("r2"),
+        current=lambda episodes: frozenset(e for e in episodes if e != ep("r2")),
     )
     assert reply["episode_ids"] == ["r1"]
 
@@ -137,7 +137,7 @@ async def test_a_write_stopped_before_its_manifest_is_stale_and_unpublished(
             instance="agent",
             checkpoint_dir=tmp_path,
             scope=None,
-            current=lambda episode: True,
+            current=frozenset,
             before_publish=[abort_now],
         )
     )

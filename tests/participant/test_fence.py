@@ -267,6 +267,11 @@ class FenceMachine(RuleBasedStateMachine):
                 assert self.fence.is_current(episode) == (refusal is None)
 
     @invariant()
+    def current_is_is_current_of_each(self) -> None:
+        every = [ep(r, a) for r in ROLLOUTS for a in range(max(ATTEMPTS) + 3)]
+        assert self.fence.current(every) == frozenset(filter(self.fence.is_current, every))
+
+    @invariant()
     def marks_never_go_down(self) -> None:
         for rollout_id in ROLLOUTS:
             mark = self.fence.mark(rollout_id)
