@@ -13,6 +13,7 @@ from envckpt.machines.binding import (
     BoundMachine,
     _declares_only_state_changes,
     _Machine,
+    _StateChange,
     _Trigger,
 )
 from envckpt.machines.table import MachineTable
@@ -85,3 +86,36 @@ def test_a_queued_machine_is_refused_by_the_build_check() -> None:
         )
         machine.add_transition("go", "a", "b")
         assert _declares_only_state_changes(machine) is not queued
+
+
+def test_the_lean_trigger_hands_execute_what_the_stock_trigger_does() -> None:
+    """A row's ``execute`` sees the same event data through either trigger: the event,
+    the trigger's arguments, the row itself and the source state."""
+    seen: list[tuple[object, ...]] = []
+
+    class Recording(_StateChange):
+        def execute(self, event_data: Any) -> bool:
+            seen.append(
+                (
+                    event_data.event,
+                    event_data.args,
+                    event_data.kwargs,
+                    event_data.transition,
+                    event_data.state.name,
+                    event_data.model.state,
+                )
+            )
+            return bool(super().execute(event_data))
+
+    class RecordingMachine(_Machine):
+        transition_cls = Recording
+
+    machine = RecordingMachine(model=None, states=["a", "b"], initial="a", auto_transitions=False)
+    machine.add_transition("go", "a", "b")
+    event = machine.events["go"]
+    results = [
+        trigger(event, _Model("a"), 7, why="test") for trigger in (Event.trigger, _Trigger.trigger)
+    ]
+    assert results == [True, True]
+    row = event.transitions["a"][0]
+    assert seen == [(event, (7,), {"why": "test"}, row, "a", "a")] * 2
