@@ -91,7 +91,7 @@ MODES = {
     "quick": Settings(
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
-        rounds=(40, 40, 16),
+        rounds=(40, 40, 24),
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=4,
@@ -106,7 +106,7 @@ MODES = {
     "full": Settings(
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
-        rounds=(60, 60, 24),
+        rounds=(60, 60, 36),
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=8,
