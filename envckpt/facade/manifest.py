@@ -6,6 +6,10 @@ a damaged file; schema, kind and every field's type are checked on read.
 
     write_manifest(directory, manifest)
     manifest = read_manifest(directory)          # CorruptCheckpoint if bad
+
+The reader caps the file (``MAX_MANIFEST_BYTES``, refused before it is read)
+and its entries (``MAX_MANIFEST_ENTRIES``: instances, episodes, restarts,
+staging keys and participants together) with ``ManifestTooLarge``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ from envckpt.ids import validate_checkpoint_id
 MANIFEST_NAME = "gym_checkpoint.json"
 MANIFEST_KIND = "envckpt.gym_checkpoint"
 SCHEMA_VERSION = 1
+# A staging key per turn of every exported episode dominates: 2,048 instances
+# holding 8 episodes of 50 turns each are 820k keys, about 30 MB. Twice the
+# entries, and a size that lists in a few seconds, bound a hostile file.
+MAX_MANIFEST_BYTES = 48 * 1024 * 1024
+MAX_MANIFEST_ENTRIES = 2_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +107,18 @@ def write_manifest(directory: Path, manifest: GymSnapshotManifest) -> int:
     return len(data)
 
 
-def read_manifest(directory: Path) -> GymSnapshotManifest:
-    """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise."""
+def read_manifest(
+    directory: Path,
+    *,
+    max_bytes: int = MAX_MANIFEST_BYTES,
+    max_entries: int = MAX_MANIFEST_ENTRIES,
+) -> GymSnapshotManifest:
+    """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise.
+
+    ``ManifestTooLarge`` (a ``CorruptCheckpoint``) past either cap.
+    """
     path = directory / MANIFEST_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorruptCheckpoint("no Gym snapshot manifest", path=str(path)) from None
-    except OSError as error:
-        raise CorruptCheckpoint(
-            f"unreadable Gym snapshot manifest: {error}", path=str(path)
-        ) from error
+    data = checksummed.read_capped(path, max_bytes=max_bytes, what="Gym snapshot manifest")
     body = checksummed.decode(
         data,
         kind=MANIFEST_KIND,
@@ -117,11 +127,27 @@ def read_manifest(directory: Path) -> GymSnapshotManifest:
         path=str(path),
     )
     try:
+        checksummed.check_entries(
+            _entries(body["instances"]), limit=max_entries, what="Gym snapshot manifest", path=path
+        )
         return _parse(body)
+    except CorruptCheckpoint:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CorruptCheckpoint(
             f"invalid Gym snapshot manifest: {error}", path=str(path)
         ) from error
+
+
+def _entries(instances: Any) -> int:
+    """Instances plus every list item they hold; what parsing would build objects for."""
+    if not isinstance(instances, dict):
+        raise TypeError("instances must be an object")
+    count = len(instances)
+    for record in instances.values():
+        if isinstance(record, dict):
+            count += sum(len(value) for value in record.values() if isinstance(value, list))
+    return count
 
 
 def _parse(body: Mapping[str, Any]) -> GymSnapshotManifest:

@@ -23,6 +23,7 @@ from rich.text import Text
 from envckpt.snapshots.details import SnapshotDetails
 from envckpt.snapshots.verify import VerifyReport
 from envckpt.trainer.catalog import OK, SnapshotEntry
+from envckpt.trainer.root_entries import Foreign
 
 MAX_WIDTH = 100
 # Metrics worth a line in ``show``; the rest are in --json.
@@ -192,6 +193,18 @@ def verify_view(reports: Sequence[VerifyReport]) -> RenderableType:
     )
     parts.append(Text(summary, style="bold red" if failed else "bold"))
     return Group(*parts)
+
+
+def foreign_lines(foreign: Sequence[Foreign], *, verb: str) -> RenderableType:
+    """One line per entry envckpt did not make: ``left <path>: <why>`` (``verb``: left, listed)."""
+    word = "left" if verb == "left" else "not a snapshot, left alone:"
+    return Group(
+        *(Text(f"{word} {entry.path}: {entry.why}", style="yellow") for entry in foreign)
+    )
+
+
+def foreign_json(entry: Foreign) -> dict[str, Any]:
+    return {"path": str(entry.path), "why": entry.why}
 
 
 def entry_json(entry: SnapshotEntry) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def test_continued_attempts_and_staging_keys_cover_every_instance() -> None:
 
 def test_a_missing_manifest_is_refused(tmp_path: Path) -> None:
     """No gym_checkpoint.json: CorruptCheckpoint naming the path."""
-    with pytest.raises(CorruptCheckpoint, match="no Gym snapshot manifest") as info:
+    with pytest.raises(CorruptCheckpoint, match="Gym snapshot manifest is missing") as info:
         read_manifest(tmp_path)
     assert info.value.path == str(tmp_path / MANIFEST_NAME)
 
