@@ -134,7 +134,9 @@ def _catalog(root: Path) -> SnapshotCatalog:
     except SnapshotRootUnsafe as error:
         raise CommandError(str(error), EXIT_USAGE) from None
     if not snapshots.is_dir():
-        raise CommandError(f"{snapshots} is not a directory: {root} is no snapshot root", EXIT_USAGE)
+        raise CommandError(
+            f"{snapshots} is not a directory: {root} is no snapshot root", EXIT_USAGE
+        )
     return catalog
 
 

@@ -198,9 +198,7 @@ def verify_view(reports: Sequence[VerifyReport]) -> RenderableType:
 def foreign_lines(foreign: Sequence[Foreign], *, verb: str) -> RenderableType:
     """One line per entry envckpt did not make: ``left <path>: <why>`` (``verb``: left, listed)."""
     word = "left" if verb == "left" else "not a snapshot, left alone:"
-    return Group(
-        *(Text(f"{word} {entry.path}: {entry.why}", style="yellow") for entry in foreign)
-    )
+    return Group(*(Text(f"{word} {entry.path}: {entry.why}", style="yellow") for entry in foreign))
 
 
 def foreign_json(entry: Foreign) -> dict[str, Any]:

@@ -180,9 +180,7 @@ class SnapshotLayout:
             if temporary_fd is None:
                 raise FileNotFoundError(f"{self.temporary} is gone")
             assert snapshots_fd is not None
-            os.rename(
-                temporary.name, name, src_dir_fd=temporary_fd, dst_dir_fd=snapshots_fd
-            )
+            os.rename(temporary.name, name, src_dir_fd=temporary_fd, dst_dir_fd=snapshots_fd)
             os.fsync(snapshots_fd)
             os.fsync(temporary_fd)
         return self.snapshots / name
@@ -325,7 +323,8 @@ class SnapshotLayout:
                 if not (name.startswith(PROBE_PREFIX) and stat.S_ISDIR(mode)):
                     continue  # snapshots and foreign entries: list_published reports them
             elif not is_owned_debris(name, mode):
-                left.append(Foreign(directory / name, f"{describe_mode(mode)} envckpt did not make"))
+                why = f"{describe_mode(mode)} envckpt did not make"
+                left.append(Foreign(directory / name, why))
                 continue
             try:
                 remove_tree(name, dir_fd=fd)

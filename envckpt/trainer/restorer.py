@@ -66,9 +66,9 @@ from envckpt.trainer.job_errors import (
     SnapshotRefusedByEnvironment,
 )
 from envckpt.trainer.layout import SnapshotLayout
-from envckpt.trainer.root_entries import Published, report_foreign
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.ledger_entry import RestartPlan
+from envckpt.trainer.root_entries import Published, report_foreign
 from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import SnapshotManifest
 
@@ -157,7 +157,9 @@ class Restorer:
                 considered.append(Considered(snapshot.name, REFUSED, str(error)))
                 refused.append((snapshot, str(error)))
                 log.warning(
-                    "snapshot refused; trying an older one", snapshot=snapshot.name, reason=str(error)
+                    "snapshot refused; trying an older one",
+                    snapshot=snapshot.name,
+                    reason=str(error),
                 )
                 continue
             crashpoint("restore.validated")
@@ -180,7 +182,7 @@ class Restorer:
         )
 
     async def _refuse_or_start_fresh(self, refused: list[tuple[Published, str]]) -> None:
-        """Step 5: ``AllSnapshotsRefused``, unless the root held none or fresh starts are allowed."""
+        """Step 5: ``AllSnapshotsRefused``, unless the root held none or fresh starts are on."""
         earlier = [] if refused else await asyncio.to_thread(self.layout.refused_entries)
         if not refused and not earlier:
             return  # a new root: nothing would be lost

@@ -598,16 +598,12 @@ def test_the_oracle_catches_a_cleanup_that_takes_foreign_entries(
     hostile = [(".tmp", "notes.txt", "file"), (".tmp", "envckpt-x", "link to a directory outside")]
     with tempfile.TemporaryDirectory() as directory:
         top = Path(directory)
-        root = _hostile_root(
-            top, snapshots=1, temporaries=1, trash=0, hostile=hostile, linked=None
-        )
+        root = _hostile_root(top, snapshots=1, temporaries=1, trash=0, hostile=hostile, linked=None)
         assert _cleaned(root) == []
     monkeypatch.setattr(layout_module, "is_owned_debris", lambda name, mode: True)
     with tempfile.TemporaryDirectory() as directory:
         top = Path(directory)
-        root = _hostile_root(
-            top, snapshots=1, temporaries=1, trash=0, hostile=hostile, linked=None
-        )
+        root = _hostile_root(top, snapshots=1, temporaries=1, trash=0, hostile=hostile, linked=None)
         assert _cleaned(root) == [
             f"{root.layout.temporary}/envckpt-x: removed (was link)",
             f"{root.layout.temporary}/notes.txt: removed (was file)",

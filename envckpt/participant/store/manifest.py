@@ -293,7 +293,8 @@ def _load_manifest_json(path: Path, max_bytes: int, max_values: int) -> dict[str
 
 
 def _json_values(document: Any, limit: int) -> int:
-    """The JSON values in ``document`` (objects and lists count their items), up to ``limit`` + 1."""
+    """The JSON values in ``document`` (with every item of its objects and lists), counted
+    only until ``limit`` is passed."""
     count = 0
     pending = [document]
     while pending and count <= limit:
