@@ -149,6 +149,12 @@ def _too_large(what: str, path: Path, limit: int, found: int) -> ManifestTooLarg
     )
 
 
+def check_size(size: int, *, limit: int, what: str, path: Path | str) -> None:
+    """``ManifestTooLarge`` if a manifest about to be written has more than ``limit`` bytes."""
+    if size > limit:
+        raise _too_large(what, Path(path), limit, size)
+
+
 def check_entries(count: int, *, limit: int, what: str, path: Path | str) -> None:
     """``ManifestTooLarge`` if a manifest lists more than ``limit`` entries."""
     if count > limit:

@@ -9,7 +9,7 @@ an open directory (``dir_fd``), every directory opened with ``O_NOFOLLOW``
 and checked to be the one just looked at, so a symbolic link (planted, or
 swapped in mid-walk) is removed as a link and never followed::
 
-    fd = open_directory(root / ".trash")           # OSError (ELOOP) if it is a link
+    fd = open_directory(root / ".trash")           # OSError if it is a link
     try:
         remove_tree("envckpt-ck-1", dir_fd=fd)     # that entry and all below it
     finally:
@@ -63,7 +63,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def open_directory(name: StrPath, *, dir_fd: int | None = None) -> int:
-    """A descriptor of the directory ``name`` itself: ``OSError`` (``ELOOP``) for a link.
+    """A descriptor of the directory ``name`` itself; ``OSError`` for a link (``ELOOP``, or
+    ``ENOTDIR`` as Linux reports it with ``O_DIRECTORY``).
 
     Only the last component is protected; the caller opens each level with it.
     """

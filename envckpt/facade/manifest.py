@@ -35,6 +35,7 @@ SCHEMA_VERSION = 1
 # entries, and a size that lists in a few seconds, bound a hostile file.
 MAX_MANIFEST_BYTES = 48 * 1024 * 1024
 MAX_MANIFEST_ENTRIES = 2_000_000
+_WHAT = "Gym snapshot manifest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,11 +100,21 @@ class GymSnapshotManifest:
 
 
 def write_manifest(directory: Path, manifest: GymSnapshotManifest) -> int:
-    """Write ``gym_checkpoint.json`` atomically; return the bytes written."""
-    data = checksummed.encode(
-        kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, body=manifest.body(), indent=1
+    """Write ``gym_checkpoint.json`` atomically; return the bytes written.
+
+    ``ManifestTooLarge`` for a manifest over either cap: nothing is written.
+    """
+    path = directory / MANIFEST_NAME
+    body = manifest.body()
+    # What no reader would take is refused here, failing the snapshot, not the restore.
+    checksummed.check_entries(
+        _entries(body["instances"]), limit=MAX_MANIFEST_ENTRIES, what=_WHAT, path=path
     )
-    atomic_write_bytes(directory / MANIFEST_NAME, data)
+    data = checksummed.encode(
+        kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, body=body, indent=1
+    )
+    checksummed.check_size(len(data), limit=MAX_MANIFEST_BYTES, what=_WHAT, path=path)
+    atomic_write_bytes(path, data)
     return len(data)
 
 
@@ -118,7 +129,7 @@ def read_manifest(
     ``ManifestTooLarge`` (a ``CorruptCheckpoint``) past either cap.
     """
     path = directory / MANIFEST_NAME
-    data = checksummed.read_capped(path, max_bytes=max_bytes, what="Gym snapshot manifest")
+    data = checksummed.read_capped(path, max_bytes=max_bytes, what=_WHAT)
     body = checksummed.decode(
         data,
         kind=MANIFEST_KIND,
@@ -128,7 +139,7 @@ def read_manifest(
     )
     try:
         checksummed.check_entries(
-            _entries(body["instances"]), limit=max_entries, what="Gym snapshot manifest", path=path
+            _entries(body["instances"]), limit=max_entries, what=_WHAT, path=path
         )
         return _parse(body)
     except CorruptCheckpoint:

@@ -159,7 +159,17 @@ def build_snapshot_manifest(
 
 
 def write_snapshot_manifest(directory: Path, manifest: SnapshotManifest) -> None:
-    atomic_write_bytes(directory / MANIFEST_NAME, manifest.to_bytes())
+    """Write ``MANIFEST.json``; ``ManifestTooLarge`` rather than publish what no reader takes."""
+    path = directory / MANIFEST_NAME
+    checksummed.check_entries(
+        len(manifest.files) + len(manifest.metrics),
+        limit=MAX_MANIFEST_FILES,
+        what="manifest",
+        path=path,
+    )
+    data = manifest.to_bytes()
+    checksummed.check_size(len(data), limit=MAX_MANIFEST_BYTES, what="manifest", path=path)
+    atomic_write_bytes(path, data)
 
 
 def read_snapshot_manifest(
