@@ -160,7 +160,7 @@ def _list(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:
     else:
         console.print(render.list_table(entries + refused))
     if foreign:
-        console.print(render.foreign_lines(foreign, verb="listed"))
+        console.print(render.foreign_lines(foreign, root=catalog.root, verb="listed"))
     return 0
 
 
@@ -225,7 +225,8 @@ def _prune(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:
         for name in removal.removed:
             print(f"deleted {name}")
         if removal.left:
-            render.make_console(sys.stdout).print(render.foreign_lines(removal.left, verb="left"))
+            lines = render.foreign_lines(removal.left, root=catalog.root, verb="left")
+            render.make_console(sys.stdout).print(lines)
         print(
             f"kept {len(kept)} snapshot(s), deleted {len(removal.removed)}, "
             f"left {len(removal.left)} entr{'y' if len(removal.left) == 1 else 'ies'} "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich import box
@@ -195,10 +196,22 @@ def verify_view(reports: Sequence[VerifyReport]) -> RenderableType:
     return Group(*parts)
 
 
-def foreign_lines(foreign: Sequence[Foreign], *, verb: str) -> RenderableType:
-    """One line per entry envckpt did not make: ``left <path>: <why>`` (``verb``: left, listed)."""
+def foreign_lines(foreign: Sequence[Foreign], *, root: Path, verb: str) -> RenderableType:
+    """One line per entry envckpt did not make, its path relative to ``root``.
+
+    ``verb`` "left" (prune): ``left <path>: <why>``; else ``not a snapshot, left alone: ...``.
+    """
     word = "left" if verb == "left" else "not a snapshot, left alone:"
-    return Group(*(Text(f"{word} {entry.path}: {entry.why}", style="yellow") for entry in foreign))
+    return Group(
+        *(
+            Text(f"{word} {_relative(entry.path, root)}: {entry.why}", style="yellow")
+            for entry in foreign
+        )
+    )
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def foreign_json(entry: Foreign) -> dict[str, Any]:
