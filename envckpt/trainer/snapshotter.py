@@ -28,9 +28,8 @@ caller sees), in the manner of a two-phase commit:
    thread. A cancellation waits for the rename instead of deleting under it,
    so the snapshot is whole or absent, never half published.
    Fails before the rename: as 2. After it the snapshot is published.
-5. **prune** to ``keep_latest_k`` (through the trash; only snapshots whose
-   manifest verifies count and go, anything else is left and logged).
-   Fails: logged; the new snapshot stands.
+5. **prune** to ``keep_latest_k`` (through the trash; only envckpt's own
+   snapshots count and go). Fails: logged; the new snapshot stands.
 6. **the caller's block**, environment still paused. Raises: the snapshot
    stays published, the environment resumes, the error propagates.
 7. **resume**: leaving the environment context resumes every instance
@@ -323,9 +322,9 @@ class RolloutSnapshotter:
             attempt.published = self._published(attempt, path, size, started, env_snapshot)
             raise
         result = self._published(attempt, path, size, started, env_snapshot)
-        pruned: list[str] = []
+        pruned: tuple[str, ...] = ()
         try:
-            pruned = list((await asyncio.to_thread(self.layout.prune, self.keep_latest_k)).removed)
+            pruned = (await asyncio.to_thread(self.layout.prune, self.keep_latest_k)).removed
         except (OSError, SnapshotRootUnsafe) as error:
             _log.warning("pruning old snapshots failed; the new one stands", error=str(error))
         _log.info(
