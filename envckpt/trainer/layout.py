@@ -92,6 +92,9 @@ class SnapshotLayout:
         self.trash = self.root / TRASH_DIR
         self.refused = self.root / REFUSED_DIR
         self.lock_path = self.root / LOCK_NAME
+        # Foreign entries a prune already reported: a trainer prunes after every
+        # snapshot, and one warning per entry says it (the Removal lists them all).
+        self._reported: set[tuple[Path, str]] = set()
 
     # ---- the root's directories ----------------------------------------------
 
@@ -237,7 +240,9 @@ class SnapshotLayout:
                 return Removal()
             listing = list_published(snapshots_fd, self.snapshots)
             left = (*listing.foreign, *listing.unverified())
-            report_foreign(left, during="prune")
+            fresh = [entry for entry in left if (entry.path, entry.why) not in self._reported]
+            self._reported.update((entry.path, entry.why) for entry in fresh)
+            report_foreign(fresh, during="prune")
             removed = []
             for snapshot in listing.owned()[max(1, keep_latest_k) :]:
                 if self._discard_published(snapshots_fd, snapshot):

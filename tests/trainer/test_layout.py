@@ -172,6 +172,9 @@ def test_a_newer_stray_file_neither_counts_nor_goes(layout: SnapshotLayout) -> N
         (stray, "a regular file, not a snapshot")
     ]
     assert [(e["event"], e["path"]) for e in logs] == [("left a foreign entry", str(stray))]
+    with capture_logs() as logs:
+        assert layout.prune(1).left == removal.left  # still listed, not logged again
+    assert logs == []
 
 
 def test_prune_orders_by_the_manifests_not_by_mtime(layout: SnapshotLayout) -> None:
