@@ -99,9 +99,10 @@ class PreemptionConfig(_Section):
 
 
 class RestoreConfig(_Section):
-    """``Restorer.restore``: where the restored data plane is installed and run."""
+    """``Restorer``: where the restored data plane is installed and run, and fresh starts."""
 
     data_plane_path: Path | None = None
+    allow_fresh_start: bool = False
 
 
 class CheckpointingConfig(_Section):
@@ -144,6 +145,7 @@ class CheckpointingConfig(_Section):
             "max_in_flight_per_instance": self.max_in_flight_per_instance,
             "snapshot_policy": self.snapshot_policy(),
             "signals": self.job_signals(),
+            "allow_fresh_start": self.restore.allow_fresh_start,
         }
 
 

@@ -9,7 +9,8 @@
 * ``DeadlineExceeded``: the absolute deadline passed before the work finished.
 * ``CorruptCheckpoint`` and ``IncompatibleCheckpoint``: a checkpoint on disk
   cannot be used (damaged, partial, foreign) or does not fit this deployment.
-  Nothing was installed.
+  Nothing was installed. ``ManifestTooLarge`` is the ``CorruptCheckpoint`` of
+  a manifest beyond its cap (bytes or entries).
 * ``UnsupportedDeployment``: the deployment cannot recover as configured.
 * ``CoordinationError``: one control operation failed on some participants;
   ``failures`` maps server name to text.
@@ -146,6 +147,24 @@ class CorruptCheckpoint(EnvckptError, ValueError):
         return f"{self.message} ({self.path})" if self.path else self.message
 
 
+class ManifestTooLarge(CorruptCheckpoint):
+    """A manifest over its cap: ``found`` (bytes or entries, ``unit``) beyond ``limit``.
+
+    Refused before the whole file is read (bytes) or before its entries are
+    used (entries), so a hostile manifest costs neither minutes nor memory.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ("message", "path", "limit", "found", "unit")
+
+    def __init__(
+        self, message: str, *, path: str = "", limit: int = 0, found: int = 0, unit: str = "bytes"
+    ) -> None:
+        super().__init__(message, path=path)
+        self.limit = limit
+        self.found = found
+        self.unit = unit
+
+
 class IncompatibleCheckpoint(EnvckptError, RuntimeError):
     """A valid checkpoint that this deployment cannot restore (topology, participants)."""
 
@@ -221,6 +240,7 @@ ALL_ERRORS: tuple[type[EnvckptError], ...] = (
     ProtocolViolation,
     DeadlineExceeded,
     CorruptCheckpoint,
+    ManifestTooLarge,
     IncompatibleCheckpoint,
     UnsupportedDeployment,
     CoordinationError,

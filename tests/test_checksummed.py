@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from envckpt import checksummed
-from envckpt.errors import CorruptCheckpoint
+from envckpt.errors import CorruptCheckpoint, ManifestTooLarge
 
 KIND = "envckpt.test_document"
 BODY: dict[str, Any] = {"entries": [{"id": "r1", "attempt": 0}, {"id": "r2", "attempt": 3}]}
@@ -158,3 +161,85 @@ def test_the_caller_names_the_error_class() -> None:
     with pytest.raises(LedgerDamaged) as info:
         read(b"{", error=LedgerDamaged)
     assert info.value.path == "/ckpt/doc.json"
+
+
+# ---- capped reads ---------------------------------------------------------------
+
+
+def test_read_capped_reads_a_file_within_its_cap(tmp_path: Path) -> None:
+    """A regular file up to the cap comes back whole; one byte more is ManifestTooLarge."""
+    path = tmp_path / "doc.json"
+    path.write_bytes(b"x" * 100)
+    assert checksummed.read_capped(path, max_bytes=100) == b"x" * 100
+    with pytest.raises(ManifestTooLarge) as caught:
+        checksummed.read_capped(path, max_bytes=99, what="manifest")
+    assert (caught.value.limit, caught.value.found, caught.value.unit) == (99, 100, "bytes")
+    assert caught.value.path == str(path) and "manifest is over its cap of 99" in str(caught.value)
+
+
+def test_read_capped_refuses_by_size_before_reading(tmp_path: Path) -> None:
+    """A 64 GiB sparse file is refused from fstat alone: no read, nothing allocated."""
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as stream:
+        stream.truncate(64 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestTooLarge) as caught:
+            checksummed.read_capped(path, max_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.found == 64 << 30 and peak < 64 * 1024
+
+
+def test_read_capped_refuses_a_file_that_grows_past_the_cap_while_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cap holds on what is read, not only on what fstat said."""
+    path = tmp_path / "growing.json"
+    path.write_bytes(b"x" * 10)
+    real_read = os.read
+
+    def growing(fd: int, size: int) -> bytes:
+        return real_read(fd, size) or b"y" * size  # never reaches an end
+
+    monkeypatch.setattr(checksummed.os, "read", growing)
+    with pytest.raises(ManifestTooLarge):
+        checksummed.read_capped(path, max_bytes=200_000)
+
+
+@pytest.mark.parametrize("kind", ["missing", "link", "fifo", "directory"])
+def test_read_capped_refuses_what_is_no_regular_file(tmp_path: Path, kind: str) -> None:
+    """Missing, a link (even to a good file), a FIFO (no blocking open) or a directory."""
+    good = tmp_path / "good.json"
+    good.write_bytes(b"{}")
+    path = tmp_path / "doc.json"
+    expected = {
+        "missing": "manifest is missing",
+        "link": "manifest is a symbolic link",
+        "fifo": "not a regular file",
+        "directory": "not a regular file",
+    }[kind]
+    if kind == "link":
+        path.symlink_to(good)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    with pytest.raises(CorruptCheckpoint, match=expected) as caught:
+        checksummed.read_capped(path, max_bytes=1000, what="manifest")
+    assert not isinstance(caught.value, ManifestTooLarge)
+
+
+def test_check_entries_refuses_past_the_limit() -> None:
+    """At the limit passes; one more is ManifestTooLarge in entries."""
+    checksummed.check_entries(10, limit=10, what="manifest", path="/m")
+    with pytest.raises(ManifestTooLarge) as caught:
+        checksummed.check_entries(11, limit=10, what="manifest", path="/m")
+    assert (caught.value.found, caught.value.limit, caught.value.unit) == (11, 10, "entries")
+
+
+def test_a_document_nested_past_the_recursion_limit_is_refused() -> None:
+    """Deep nesting is CorruptCheckpoint, never a RecursionError escaping the reader."""
+    with pytest.raises(CorruptCheckpoint, match="nested too deeply"):
+        read(b"[" * 100_000 + b"]" * 100_000)

@@ -36,6 +36,7 @@ checkpointing:
     snapshot_signals: [SIGUSR2]
   restore:
     data_plane_path: /run/dataplane.sqlite
+    allow_fresh_start: true
 """
 
 
@@ -57,6 +58,7 @@ def test_a_yaml_files_checkpointing_block_sets_every_object(tmp_path: Path) -> N
     kwargs = config.start_trainer_kwargs()
     assert kwargs["data_plane_path"] == Path("/run/dataplane.sqlite")
     assert (kwargs["keep_latest_k"], kwargs["max_in_flight_per_instance"]) == (5, 8)
+    assert kwargs["allow_fresh_start"] is True
     assert config.snapshotter_kwargs() == {"keep_latest_k": 5}
 
 
@@ -73,6 +75,7 @@ def test_the_defaults_are_the_constructors_defaults() -> None:
         default.snapshot_signals,
     )
     assert config.keep_latest_k == 3 and config.data_plane_path() == Path("/r/live.sqlite")
+    assert config.start_trainer_kwargs()["allow_fresh_start"] is False
     fields = {field.name for field in dataclasses.fields(CheckpointTimeouts)}
     assert set(config.timeouts.model_dump()) == fields, "every timeout is configurable"
     fields = {field.name for field in dataclasses.fields(SnapshotPolicy)}

@@ -1,8 +1,12 @@
-"""Tests for envckpt.fsutil: durable small-file writes (temp, fsync, rename, directory fsync)."""
+"""Tests for envckpt.fsutil: durable small-file writes (temp, fsync, rename, directory fsync),
+and removal walks that never follow a link."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +90,130 @@ def test_fsync_dir_raises_unless_best_effort(tmp_path: Path, kind: str) -> None:
     with pytest.raises(OSError):
         fsync_dir(path)
     fsync_dir(path, best_effort=True)
+
+
+# ---- walks that never follow a link ------------------------------------------------
+
+
+def test_open_directory_refuses_a_link_and_a_file(tmp_path: Path) -> None:
+    """O_NOFOLLOW: a link to a directory is refused (ELOOP, or ENOTDIR as Linux says with
+    O_DIRECTORY); a file is ENOTDIR; a directory opens."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "file").write_text("x")
+    os.close(fsutil.open_directory(tmp_path / "real"))
+    with pytest.raises(OSError) as caught:
+        fsutil.open_directory(tmp_path / "link")
+    assert caught.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    with pytest.raises(NotADirectoryError):
+        fsutil.open_directory(tmp_path / "file")
+
+
+def test_entry_mode_is_the_links_own(tmp_path: Path) -> None:
+    """entry_mode answers for the link itself, and None for a missing name."""
+    (tmp_path / "link").symlink_to(tmp_path)
+    fd = fsutil.open_directory(tmp_path)
+    try:
+        mode = fsutil.entry_mode("link", dir_fd=fd)
+        assert mode is not None and stat.S_ISLNK(mode)
+        assert fsutil.entry_mode("missing", dir_fd=fd) is None
+    finally:
+        os.close(fd)
+
+
+def _remove(parent: Path, name: str) -> None:
+    fd = fsutil.open_directory(parent)
+    try:
+        fsutil.remove_tree(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def test_remove_tree_unlinks_links_and_never_follows_them(tmp_path: Path) -> None:
+    """Links to directories and files, dangling links and FIFOs go as themselves; every
+    target outside stays whole."""
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "precious").write_text("keep")
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "file").write_text("go")
+    (tree / "a" / "to-dir").symlink_to(outside)
+    (tree / "a" / "b" / "to-file").symlink_to(outside / "sub" / "precious")
+    (tree / "dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tree / "a" / "fifo")
+    _remove(tmp_path, "tree")
+    assert not tree.exists()
+    assert (outside / "sub" / "precious").read_text() == "keep"
+
+
+def test_remove_tree_of_a_link_removes_only_the_link(tmp_path: Path) -> None:
+    """Asked to remove a name that is a link to a directory, only the link goes."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "inside").write_text("keep")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    _remove(tmp_path, "link")
+    assert not (tmp_path / "link").is_symlink()
+    assert (tmp_path / "real" / "inside").read_text() == "keep"
+    _remove(tmp_path, "missing")  # absent: nothing to do
+
+
+def test_remove_tree_goes_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    """Iterative: a chain of directories deeper than Python's recursion limit is removed."""
+    depth = sys.getrecursionlimit() + 50
+    fd = fsutil.open_directory(tmp_path)
+    try:
+        os.mkdir("deep", dir_fd=fd)
+        level = fsutil.open_directory("deep", dir_fd=fd)
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=level)
+            inner = fsutil.open_directory("d", dir_fd=level)
+            os.close(level)
+            level = inner
+        os.close(level)
+        fsutil.remove_tree("deep", dir_fd=fd)
+    finally:
+        os.close(fd)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_swapped_for_a_link_mid_walk_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the lstat and the open, a directory becomes a link elsewhere: the walk stops
+    with OSError and what the link points to is untouched."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    real_listdir = os.listdir
+
+    def swapping(fd: int) -> list[str]:
+        names = real_listdir(fd)
+        if "sub" in names:  # the attacker's moment: after the listing, before the lstat/open
+            sub = tmp_path / "tree" / "sub"
+            sub.rmdir()
+            sub.symlink_to(outside)
+        return names
+
+    monkeypatch.setattr(fsutil.os, "listdir", swapping)
+    _remove(tmp_path, "tree")  # the link is seen as a link: unlinked, not entered
+    assert (outside / "precious").read_text() == "keep"
+    monkeypatch.undo()
+    (tmp_path / "tree2" / "sub").mkdir(parents=True)
+    real_stat = os.stat
+    swapped = False
+
+    def swap_after_stat(name: str, **kwargs: object) -> os.stat_result:
+        nonlocal swapped
+        result = real_stat(name, **kwargs)  # type: ignore[arg-type]
+        if name == "sub" and not swapped:
+            swapped = True
+            (tmp_path / "tree2" / "sub").rmdir()
+            (tmp_path / "tree2" / "sub").symlink_to(outside)
+        return result
+
+    monkeypatch.setattr(fsutil.os, "stat", swap_after_stat)
+    with pytest.raises(OSError):
+        _remove(tmp_path, "tree2")
+    assert (outside / "precious").read_text() == "keep"

@@ -6,6 +6,10 @@ a damaged file; schema, kind and every field's type are checked on read.
 
     write_manifest(directory, manifest)
     manifest = read_manifest(directory)          # CorruptCheckpoint if bad
+
+The reader caps the file (``MAX_MANIFEST_BYTES``, refused before it is read)
+and its entries (``MAX_MANIFEST_ENTRIES``: instances, episodes, restarts,
+staging keys and participants together) with ``ManifestTooLarge``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ from envckpt.ids import validate_checkpoint_id
 MANIFEST_NAME = "gym_checkpoint.json"
 MANIFEST_KIND = "envckpt.gym_checkpoint"
 SCHEMA_VERSION = 1
+# A staging key per turn of every exported episode dominates: 2,048 instances
+# holding 8 episodes of 50 turns each are 820k keys, about 30 MB. Twice the
+# entries, and a size that lists in a few seconds, bound a hostile file.
+MAX_MANIFEST_BYTES = 48 * 1024 * 1024
+MAX_MANIFEST_ENTRIES = 2_000_000
+_WHAT = "Gym snapshot manifest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,25 +100,36 @@ class GymSnapshotManifest:
 
 
 def write_manifest(directory: Path, manifest: GymSnapshotManifest) -> int:
-    """Write ``gym_checkpoint.json`` atomically; return the bytes written."""
-    data = checksummed.encode(
-        kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, body=manifest.body(), indent=1
+    """Write ``gym_checkpoint.json`` atomically; return the bytes written.
+
+    ``ManifestTooLarge`` for a manifest over either cap: nothing is written.
+    """
+    path = directory / MANIFEST_NAME
+    body = manifest.body()
+    # What no reader would take is refused here, failing the snapshot, not the restore.
+    checksummed.check_entries(
+        _entries(body["instances"]), limit=MAX_MANIFEST_ENTRIES, what=_WHAT, path=path
     )
-    atomic_write_bytes(directory / MANIFEST_NAME, data)
+    data = checksummed.encode(
+        kind=MANIFEST_KIND, schema_version=SCHEMA_VERSION, body=body, indent=1
+    )
+    checksummed.check_size(len(data), limit=MAX_MANIFEST_BYTES, what=_WHAT, path=path)
+    atomic_write_bytes(path, data)
     return len(data)
 
 
-def read_manifest(directory: Path) -> GymSnapshotManifest:
-    """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise."""
+def read_manifest(
+    directory: Path,
+    *,
+    max_bytes: int = MAX_MANIFEST_BYTES,
+    max_entries: int = MAX_MANIFEST_ENTRIES,
+) -> GymSnapshotManifest:
+    """Read and validate ``gym_checkpoint.json``; ``CorruptCheckpoint`` otherwise.
+
+    ``ManifestTooLarge`` (a ``CorruptCheckpoint``) past either cap.
+    """
     path = directory / MANIFEST_NAME
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CorruptCheckpoint("no Gym snapshot manifest", path=str(path)) from None
-    except OSError as error:
-        raise CorruptCheckpoint(
-            f"unreadable Gym snapshot manifest: {error}", path=str(path)
-        ) from error
+    data = checksummed.read_capped(path, max_bytes=max_bytes, what=_WHAT)
     body = checksummed.decode(
         data,
         kind=MANIFEST_KIND,
@@ -117,11 +138,27 @@ def read_manifest(directory: Path) -> GymSnapshotManifest:
         path=str(path),
     )
     try:
+        checksummed.check_entries(
+            _entries(body["instances"]), limit=max_entries, what=_WHAT, path=path
+        )
         return _parse(body)
+    except CorruptCheckpoint:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise CorruptCheckpoint(
             f"invalid Gym snapshot manifest: {error}", path=str(path)
         ) from error
+
+
+def _entries(instances: Any) -> int:
+    """Instances plus every list item they hold; what parsing would build objects for."""
+    if not isinstance(instances, dict):
+        raise TypeError("instances must be an object")
+    count = len(instances)
+    for record in instances.values():
+        if isinstance(record, dict):
+            count += sum(len(value) for value in record.values() if isinstance(value, list))
+    return count
 
 
 def _parse(body: Mapping[str, Any]) -> GymSnapshotManifest:

@@ -2,7 +2,8 @@
 
 Every request under the control prefix is answered here, and always with the
 protocol's JSON (a reply or the error envelope): the bearer token is checked
-first, then the method (405), then the body is read within its size and time
+first (``credentials``: two ``Authorization`` headers are 400, a missing or
+wrong token 401), then the method (405), then the body is read within its size and time
 limits (413, 408) and parsed (422), and ``edge.handle`` validates it, checks
 it against the participant's bounds and makes the call, exactly as for the
 in-process transport::
@@ -33,7 +34,6 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from envckpt.errors import ParticipantError
 from envckpt.http.apps import envelope_response
 from envckpt.http.bodies import (
     BODY_READ_SECONDS,
@@ -43,6 +43,7 @@ from envckpt.http.bodies import (
     parse_json,
     read_body,
 )
+from envckpt.http.credentials import closing, refuse_credentials
 from envckpt.http.tokens import require_strong_token
 from envckpt.participant import edge
 from envckpt.participant.confinement import RequestBounds
@@ -58,23 +59,6 @@ _MOUNTED = "envckpt_participant"
 _VERIFIED = "verified-by-envckpt-http-routes"
 # Every method reaches the endpoints, so a wrong one is answered here.
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-
-
-def _envelope(error: ParticipantError) -> JSONResponse:
-    return JSONResponse(status_code=error.status, content=error.to_wire())
-
-
-def _closing(request: Request, response: JSONResponse) -> JSONResponse:
-    # A refusal that leaves a body unread closes the connection: the server
-    # would otherwise keep reading (and discarding) whatever the client sends.
-    if "content-length" in request.headers or "transfer-encoding" in request.headers:
-        response.headers["connection"] = "close"
-    return response
-
-
-def _unauthorized(request: Request) -> JSONResponse:
-    error = ParticipantError("unauthorized", "missing or wrong bearer token")
-    return _closing(request, _envelope(error))
 
 
 def _reply(status: int, content: dict[str, Any]) -> Response:
@@ -103,17 +87,18 @@ def _endpoint(
     max_bytes, within = limits
 
     async def endpoint(request: Request) -> Response:
-        if not edge.authorized(request.headers.get("authorization"), token):
-            return _unauthorized(request)
+        refusal = refuse_credentials(request, token)
+        if refusal is not None:
+            return refusal
         if request.method != route.method:
             detail = f"{route.value} is a {route.method} route"
-            return _closing(request, envelope_response(405, detail, {"allow": route.method}))
+            return closing(request, envelope_response(405, detail, {"allow": route.method}))
         body: Any = None
         if route.method == "POST":
             try:
                 body = parse_json(await read_body(request, max_bytes=max_bytes, within=within))
-            except BodyRefused as refusal:
-                return refusal.response()
+            except BodyRefused as refused:
+                return refused.response()
         # Authenticated above. edge.handle logs unexpected failures with a
         # traceback, and a renderer that shows frame locals would print its
         # arguments, so it gets a stand-in credential rather than the secret.
@@ -136,9 +121,10 @@ def _endpoint(
 
 def _unknown_route(token: str) -> Endpoint:
     async def unknown(request: Request) -> JSONResponse:
-        if not edge.authorized(request.headers.get("authorization"), token):
-            return _unauthorized(request)
-        return _closing(request, envelope_response(404, "no such control route"))
+        refusal = refuse_credentials(request, token)
+        if refusal is not None:
+            return refusal
+        return closing(request, envelope_response(404, "no such control route"))
 
     return unknown
 

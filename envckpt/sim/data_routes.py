@@ -43,8 +43,8 @@ from envckpt.http.bodies import (
     parse_json,
     read_body,
 )
+from envckpt.http.credentials import refuse_credentials
 from envckpt.http.tokens import require_strong_token
-from envckpt.participant import edge
 from envckpt.sim.kinds.agent import AgentServer
 from envckpt.sim.kinds.model import PolicyModelServer
 from envckpt.sim.kinds.resources import ToolServer
@@ -145,11 +145,10 @@ def rows_router(
 
     async def endpoint(request: Request) -> JSONResponse:
         try:
-            if not edge.authorized(request.headers.get("authorization"), token):
-                error = ParticipantError("unauthorized", "missing or wrong bearer token")
-                refused = _envelope(error)
-                refused.headers["connection"] = "close"  # the body is never read
-                return refused
+            refusal = refuse_credentials(request, token)
+            if refusal is not None:
+                refusal.headers["connection"] = "close"  # the body is never read
+                return refusal
             body = await _json_body(request, max_body_bytes)
             if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
                 raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")

@@ -11,10 +11,17 @@ ROOT is the snapshot root a trainer was given (``RolloutSnapshotter(root)``,
 Everything is offline: no Gym server is contacted.
 
 Exit codes: 0 done (``verify``: every snapshot passed); 1 ``verify`` found a
-problem, or the snapshot asked for does not exist; 2 bad arguments or a
-directory that is no snapshot root; 3 ``prune``/``delete`` refused because a
-trainer holds the root's lock (they change what a running trainer restores
-from, so they need the lock it holds).
+problem, the snapshot asked for does not exist, or ``delete`` refused an
+entry envckpt did not publish; 2 bad arguments, or a ROOT that is no
+snapshot root (not a directory, no ``snapshots/`` in it, or a ``snapshots``,
+``.tmp``, ``.trash``, ``refused`` or ``.lock`` that is a symbolic link); 3
+``prune``/``delete`` refused because a trainer holds the root's lock (they
+change what a running trainer restores from, so they need the lock it holds).
+
+``prune`` and ``delete`` remove only snapshots envckpt published (a
+directory whose ``MANIFEST.json`` verifies and names it), never through a
+link; every other entry of ``snapshots/`` is left and printed as ``left``
+(``trainer.root_entries``).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -33,7 +40,12 @@ from envckpt.snapshots import render
 from envckpt.snapshots.details import describe
 from envckpt.snapshots.verify import VerifyReport, verify_snapshot_dir
 from envckpt.trainer.catalog import SnapshotCatalog, SnapshotEntry
-from envckpt.trainer.job_errors import SnapshotRootLocked, StartRefused
+from envckpt.trainer.job_errors import (
+    SnapshotNotOwned,
+    SnapshotRootLocked,
+    SnapshotRootUnsafe,
+    StartRefused,
+)
 from envckpt.trainer.layout import SNAPSHOTS_DIR
 from envckpt.trainer.root_guard import RootLock
 
@@ -42,6 +54,7 @@ LARGE_SNAPSHOT_BYTES = 64 * 1024 * 1024
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_LOCKED = 3
+_T = TypeVar("_T")
 
 
 class CommandError(Exception):
@@ -102,32 +115,52 @@ def run(args: argparse.Namespace) -> int:
 def _catalog(root: Path) -> SnapshotCatalog:
     if not root.is_dir():
         raise CommandError(f"{root} is not a directory", EXIT_USAGE)
-    if not (root / SNAPSHOTS_DIR).exists() and root.name == SNAPSHOTS_DIR:
+    snapshots = root / SNAPSHOTS_DIR
+    if not snapshots.exists() and not snapshots.is_symlink():
+        if root.name == SNAPSHOTS_DIR:
+            raise CommandError(
+                f"{root} looks like the snapshots/ directory itself; give the snapshot root "
+                f"that holds it: {root.parent}",
+                EXIT_USAGE,
+            )
         raise CommandError(
-            f"{root} looks like the snapshots/ directory itself; give the snapshot root that "
-            f"holds it: {root.parent}",
+            f"{root} is not a snapshot root: it holds no {SNAPSHOTS_DIR}/ directory (give the "
+            "directory a trainer was given as its root)",
             EXIT_USAGE,
         )
-    return SnapshotCatalog(root)
+    catalog = SnapshotCatalog(root)
+    try:
+        catalog.layout.check_safe()
+    except SnapshotRootUnsafe as error:
+        raise CommandError(str(error), EXIT_USAGE) from None
+    if not snapshots.is_dir():
+        raise CommandError(
+            f"{snapshots} is not a directory: {root} is no snapshot root", EXIT_USAGE
+        )
+    return catalog
 
 
 def _list(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:
     entries = catalog.all()
     refused = catalog.refused() if args.refused else []
+    foreign = catalog.foreign()
     if args.json:
         _print_json(
             {
                 "root": str(catalog.root),
                 "snapshots": [render.entry_json(entry) for entry in entries],
                 "refused": [render.entry_json(entry) for entry in refused],
+                "foreign": [render.foreign_json(entry) for entry in foreign],
             }
         )
         return 0
     console = render.make_console(sys.stdout)
     if not entries and not refused:
         console.print(f"no snapshots in {catalog.layout.snapshots}")
-        return 0
-    console.print(render.list_table(entries + refused))
+    else:
+        console.print(render.list_table(entries + refused))
+    if foreign:
+        console.print(render.foreign_lines(foreign, root=catalog.root, verb="listed"))
     return 0
 
 
@@ -177,14 +210,28 @@ def _prune(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:
             "--keep must be at least 1 (delete the last one with `delete`)", EXIT_USAGE
         )
     with _holding(catalog.root, "prune"):
-        kept = [path.name for path in catalog.layout.published()[: args.keep]]
-        removed = catalog.layout.prune(args.keep)
+        removal = _changing(lambda: catalog.layout.prune(args.keep))
+        kept = [snapshot.name for snapshot in catalog.layout.scan().owned()]
     if args.json:
-        _print_json({"root": str(catalog.root), "removed": removed, "kept": kept})
+        _print_json(
+            {
+                "root": str(catalog.root),
+                "removed": list(removal.removed),
+                "kept": kept,
+                "left": [render.foreign_json(entry) for entry in removal.left],
+            }
+        )
     else:
-        for name in removed:
+        for name in removal.removed:
             print(f"deleted {name}")
-        print(f"kept {len(kept)} snapshot(s), deleted {len(removed)}")
+        if removal.left:
+            lines = render.foreign_lines(removal.left, root=catalog.root, verb="left")
+            render.make_console(sys.stdout).print(lines)
+        print(
+            f"kept {len(kept)} snapshot(s), deleted {len(removal.removed)}, "
+            f"left {len(removal.left)} entr{'y' if len(removal.left) == 1 else 'ies'} "
+            "envckpt did not make"
+        )
     return 0
 
 
@@ -192,14 +239,24 @@ def _delete(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:
     entry = _find(catalog, args.id, resolve=False)
     with _holding(catalog.root, "delete"):
         try:
-            catalog.layout.delete(entry.checkpoint_id)
+            _changing(lambda: catalog.layout.delete(entry.checkpoint_id))
         except FileNotFoundError as error:  # deleted by someone else meanwhile
+            raise CommandError(str(error), EXIT_FAILED) from None
+        except SnapshotNotOwned as error:
             raise CommandError(str(error), EXIT_FAILED) from None
     if args.json:
         _print_json({"root": str(catalog.root), "deleted": entry.checkpoint_id})
     else:
         print(f"deleted {entry.checkpoint_id}")
     return 0
+
+
+def _changing(change: Callable[[], _T]) -> _T:
+    """Run ``change``; a directory of the root turned into a link meanwhile exits 2."""
+    try:
+        return change()
+    except SnapshotRootUnsafe as error:
+        raise CommandError(str(error), EXIT_USAGE) from None
 
 
 def _find(catalog: SnapshotCatalog, name: str, *, resolve: bool = True) -> SnapshotEntry:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import shutil
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich import box
@@ -23,6 +24,7 @@ from rich.text import Text
 from envckpt.snapshots.details import SnapshotDetails
 from envckpt.snapshots.verify import VerifyReport
 from envckpt.trainer.catalog import OK, SnapshotEntry
+from envckpt.trainer.root_entries import Foreign
 
 MAX_WIDTH = 100
 # Metrics worth a line in ``show``; the rest are in --json.
@@ -192,6 +194,28 @@ def verify_view(reports: Sequence[VerifyReport]) -> RenderableType:
     )
     parts.append(Text(summary, style="bold red" if failed else "bold"))
     return Group(*parts)
+
+
+def foreign_lines(foreign: Sequence[Foreign], *, root: Path, verb: str) -> RenderableType:
+    """One line per entry envckpt did not make, its path relative to ``root``.
+
+    ``verb`` "left" (prune): ``left <path>: <why>``; else ``not a snapshot, left alone: ...``.
+    """
+    word = "left" if verb == "left" else "not a snapshot, left alone:"
+    return Group(
+        *(
+            Text(f"{word} {_relative(entry.path, root)}: {entry.why}", style="yellow")
+            for entry in foreign
+        )
+    )
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def foreign_json(entry: Foreign) -> dict[str, Any]:
+    return {"path": str(entry.path), "why": entry.why}
 
 
 def entry_json(entry: SnapshotEntry) -> dict[str, Any]:

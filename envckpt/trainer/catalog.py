@@ -6,6 +6,7 @@
     catalog.get(120)         # the newest usable snapshot taken at trainer step 120 (KeyError)
     catalog.entry(cid)       # one published snapshot by id (KeyError)
     catalog.refused()        # snapshots a restore moved aside, each with its reason
+    catalog.foreign()        # entries of snapshots/ envckpt did not make (left alone)
 
 The order is the restore's (``SnapshotLayout.published``: by the manifest's
 ``created_at``). Snapshot ids carry the step when the trainer gave one, so in
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
 from envckpt.facade.manifest import GymSnapshotManifest, read_manifest
 from envckpt.ids import validate_checkpoint_id
 from envckpt.trainer.layout import SnapshotLayout
+from envckpt.trainer.root_entries import Foreign
 from envckpt.trainer.snapshot_manifest import SnapshotManifest, read_snapshot_manifest
 
 OK = "ok"
@@ -112,22 +115,15 @@ class SnapshotCatalog:
             path = self.layout.snapshots / validate_checkpoint_id(checkpoint_id)
         except ValueError as error:
             raise KeyError(str(error)) from None
-        if not path.is_dir():
+        if path.is_symlink() or not path.is_dir():
             raise KeyError(f"no published snapshot {checkpoint_id} in {self.layout.snapshots}")
         return read_entry(path)
 
     def refused(self) -> list[SnapshotEntry]:
         """Snapshots a restore refused and moved to ``refused/``, with the reason it wrote."""
-        if not self.layout.refused.is_dir():
-            return []
         entries = []
-        for path in sorted(self.layout.refused.iterdir()):
-            if not path.is_dir():
-                continue
-            reason = path.with_name(f"{path.name}.reason.txt")
-            problem = ""
-            with contextlib.suppress(OSError):
-                problem = reason.read_text(encoding="utf-8", errors="replace").strip()
+        for name, problem in self.layout.refused_entries():
+            path = self.layout.refused / name
             found = read_entry(path)
             entries.append(
                 SnapshotEntry(
@@ -144,6 +140,11 @@ class SnapshotCatalog:
                 )
             )
         return entries
+
+    def foreign(self) -> list[Foreign]:
+        """Entries of ``snapshots/`` that are no snapshot envckpt made (left alone)."""
+        listing = self.layout.scan()
+        return [*listing.foreign, *listing.unverified()]
 
     def __len__(self) -> int:
         return len(self.layout.published())
@@ -193,9 +194,11 @@ def _original_name(name: str) -> str:
 
 
 def _disk_size(path: Path) -> int:
+    """Bytes of the regular files below ``path``; links are not followed."""
     total = 0
     for child in path.rglob("*"):
         with contextlib.suppress(OSError):
-            if child.is_file():
-                total += child.stat().st_size
+            info = child.lstat()
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
     return total

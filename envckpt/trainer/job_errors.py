@@ -1,8 +1,14 @@
 """The trainer's own errors, grouped by what the operator can do, and the job's exit codes.
 
-* ``StartRefused`` (``SnapshotRootUnusable``, ``SnapshotRootLocked``): the job
-  must not start as configured. Nothing was changed; fix what the message
-  names (permissions, disk, a second trainer) and start again.
+* ``StartRefused`` (``SnapshotRootUnusable``, ``SnapshotRootLocked``,
+  ``SnapshotRootUnsafe``, ``AllSnapshotsRefused``): the job must not start as
+  configured. Nothing was changed; fix what the message names (permissions,
+  disk, a second trainer, a symbolic link inside the root, snapshots that
+  cannot be restored) and start again. ``AllSnapshotsRefused`` is the one a
+  start may override: ``allow_fresh_start`` (``--allow-fresh-start``) starts
+  from scratch instead.
+* ``SnapshotNotOwned``: a delete was asked of an entry envckpt cannot prove
+  it made (no verifying ``MANIFEST.json``); it was left as it is.
 * ``SnapshotsFailing``: the job stopped because it could no longer save its
   rollouts (``max_consecutive_snapshot_failures`` in a row). Fix the cause
   and restart: the job restores the last published snapshot.
@@ -57,6 +63,47 @@ class SnapshotRootLocked(StartRefused):
         self.pid = pid
         self.host = host
         self.since = since
+
+
+class SnapshotRootUnsafe(StartRefused):
+    """``path``, a directory or file of the snapshot root, is a symbolic link.
+
+    envckpt never follows one there: through it, a publish, prune or cleanup
+    would write or delete outside the root.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ("message", "root", "path")
+
+    def __init__(self, message: str, *, root: str = "", path: str = "") -> None:
+        super().__init__(message, root=root)
+        self.path = path
+
+
+class AllSnapshotsRefused(StartRefused):
+    """The root holds snapshots and a start refused every one; ``refused``: (id, why) pairs.
+
+    Starting from scratch would silently drop every rollout they hold, so it
+    takes ``allow_fresh_start``. Nothing was moved.
+    """
+
+    _fields: ClassVar[tuple[str, ...]] = ("message", "root", "refused")
+
+    def __init__(
+        self, message: str, *, root: str = "", refused: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message, root=root)
+        self.refused = tuple((str(name), str(why)) for name, why in refused)
+
+
+class SnapshotNotOwned(EnvckptError, RuntimeError):
+    """``path`` is not a snapshot envckpt can prove it published (``why``): left alone."""
+
+    _fields: ClassVar[tuple[str, ...]] = ("message", "path", "why")
+
+    def __init__(self, message: str, *, path: str = "", why: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.why = why
 
 
 class SnapshotsFailing(EnvckptError, RuntimeError):

@@ -10,12 +10,15 @@
 Order, and what each failure does:
 
 1. Take the root lock (``RootLock``), then remove the debris crashes left
-   (``.tmp``, ``.trash``): never another trainer's in-flight files.
+   (``.tmp``, ``.trash``): never another trainer's in-flight files, and only
+   envckpt's own entries (``root_entries``; the rest is left and logged).
 2. For each published snapshot, newest first: check every trainer-side file
    (``check_candidate``: manifest, digests, ledger, sidecars, Gym manifest
    against the ledger, data plane). A content error refuses the snapshot
-   whole: it is moved to ``refused/`` with its reason, and the next older
-   one is tried. Nothing has been sent to the environment yet.
+   whole, and the next older one is tried. Nothing has been sent to the
+   environment yet. Once one is chosen, the refused ones are moved to
+   ``refused/`` with their reasons (those whose own manifest does not
+   verify are not provably envckpt's: left in place, reported).
 3. Install the chosen data plane copy; ``env.restored(path)``; inside it,
    under a mutation cut, ``prepare_for_restart`` and orphan clearing. An
    exception there makes the environment drop what it restored (abandon).
@@ -26,7 +29,14 @@ Order, and what each failure does:
    dropped restore and cannot take another, so the next start (with fresh
    Gym servers) restores the previous snapshot. Never a crash loop: every
    start either lands or moves one bad snapshot aside.
-5. No snapshot left: a fresh start with an empty data plane and ledger.
+5. No usable snapshot: when the root holds none at all, a fresh start with
+   an empty data plane and ledger. When it holds some and every one was
+   refused (or none is published but ``refused/`` holds some an earlier
+   start refused), ``AllSnapshotsRefused`` (exit 3), one line per snapshot
+   and why, nothing moved: starting from scratch would drop every rollout
+   they hold without a word. ``allow_fresh_start=True``
+   (``--allow-fresh-start``) starts fresh anyway, the refused snapshots
+   moved to ``refused/`` and each logged.
 """
 
 from __future__ import annotations
@@ -50,10 +60,15 @@ from envckpt.interfaces import EnvironmentCheckpoint
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.candidate import CheckedCandidate, SidecarReader, check_candidate
 from envckpt.trainer.dataplane import SqliteDataPlane
-from envckpt.trainer.job_errors import RestoreFailed, SnapshotRefusedByEnvironment
+from envckpt.trainer.job_errors import (
+    AllSnapshotsRefused,
+    RestoreFailed,
+    SnapshotRefusedByEnvironment,
+)
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.ledger_entry import RestartPlan
+from envckpt.trainer.root_entries import Published, report_foreign
 from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import SnapshotManifest
 
@@ -102,12 +117,15 @@ class Restorer:
         barrier: DataPlaneBarrier,
         sidecar_readers: Mapping[str, SidecarReader] | None = None,
         lock: RootLock | None = None,
+        allow_fresh_start: bool = False,
     ) -> None:
         self.layout = SnapshotLayout(root)
         self.env = env_checkpoint
         self.barrier = barrier
         self.sidecar_readers = dict(sidecar_readers or {})
         self.lock = lock
+        # Whether a root whose every snapshot is refused may start from scratch (step 5).
+        self.allow_fresh_start = allow_fresh_start
 
     async def restore(self, *, data_plane_path: str | os.PathLike[str]) -> RestoreReport:
         lock = self.lock or RootLock.acquire(self.layout.root)
@@ -122,28 +140,35 @@ class Restorer:
 
     async def _restore_newest(self, data_plane_path: Path) -> RestoreReport:
         log = logs.get_logger("envckpt.restorer")
-        debris = await asyncio.to_thread(self.layout.clean_debris)
+        debris = len((await asyncio.to_thread(self.layout.clean_debris)).removed)
+        listing = await asyncio.to_thread(self.layout.scan)
+        report_foreign(listing.foreign, during="restore")
         considered: list[Considered] = []
-        for path in self.layout.published():
+        refused: list[tuple[Published, str]] = []
+        for snapshot in listing.snapshots:
             try:
                 candidate = await asyncio.to_thread(
                     check_candidate,
-                    path,
+                    snapshot.path,
                     data_plane_path=data_plane_path,
                     sidecar_readers=self.sidecar_readers,
                 )
             except CorruptCheckpoint as error:
-                considered.append(Considered(path.name, REFUSED, str(error)))
+                considered.append(Considered(snapshot.name, REFUSED, str(error)))
+                refused.append((snapshot, str(error)))
                 log.warning(
-                    "snapshot refused; trying an older one", snapshot=path.name, reason=str(error)
+                    "snapshot refused; trying an older one",
+                    snapshot=snapshot.name,
+                    reason=str(error),
                 )
-                await asyncio.to_thread(self.layout.quarantine, path, str(error))
                 continue
             crashpoint("restore.validated")
-            considered.append(Considered(path.name, CHOSEN))
+            considered.append(Considered(snapshot.name, CHOSEN))
+            await self._set_aside(refused)
             report = await self._restore(candidate, considered)
             report.debris_removed = debris
             return report
+        await self._refuse_or_start_fresh(refused)
         log.info(
             "no usable snapshot; starting fresh", removed_debris=debris, refused=len(considered)
         )
@@ -155,6 +180,27 @@ class Restorer:
             considered=considered,
             debris_removed=debris,
         )
+
+    async def _refuse_or_start_fresh(self, refused: list[tuple[Published, str]]) -> None:
+        """Step 5: ``AllSnapshotsRefused``, unless the root held none or fresh starts are on."""
+        earlier = [] if refused else await asyncio.to_thread(self.layout.refused_entries)
+        if not refused and not earlier:
+            return  # a new root: nothing would be lost
+        if not self.allow_fresh_start:
+            raise _all_refused(self.layout, [(p.name, why) for p, why in refused], earlier)
+        logs.get_logger("envckpt.restorer").warning(
+            "every snapshot refused; starting from scratch as allowed (allow_fresh_start)",
+            refused=[p.name for p, _ in refused] or [name for name, _ in earlier],
+        )
+        await self._set_aside(refused)
+
+    async def _set_aside(self, refused: list[tuple[Published, str]]) -> None:
+        """Quarantine the refused snapshots envckpt made; report (and leave) the others."""
+        for snapshot, reason in refused:
+            if snapshot.owned:
+                await asyncio.to_thread(self.layout.quarantine, snapshot.path, reason)
+            else:
+                report_foreign([snapshot.as_foreign()], during="restore")
 
     async def _restore(
         self, candidate: CheckedCandidate, considered: list[Considered]
@@ -236,3 +282,32 @@ def _action_for(error: Exception, path: Path) -> str:
             "the snapshot was kept"
         )
     return "read the reason above; the snapshot was kept, so a restart tries it again"
+
+
+def _all_refused(
+    layout: SnapshotLayout, refused: list[tuple[str, str]], earlier: list[tuple[str, str]]
+) -> AllSnapshotsRefused:
+    """The refusal of step 5: a summary line, then one line per refused snapshot."""
+    advice = (
+        "fix or remove them, or start with --allow-fresh-start (allow_fresh_start=True) "
+        "to begin from scratch"
+    )
+    if refused:
+        head = (
+            f"every snapshot in {layout.snapshots} was refused, so this start would drop the "
+            f"rollouts they hold and begin from scratch; nothing was moved; {advice}:"
+        )
+        lines = [f"  refused {name}: {_one_line(why)}" for name, why in refused]
+    else:
+        head = (
+            f"no snapshot is published in {layout.snapshots}, and {layout.refused} holds "
+            f"{len(earlier)} that earlier starts refused; {advice}:"
+        )
+        lines = [f"  refused earlier {name}: {_one_line(why)}" for name, why in earlier]
+    return AllSnapshotsRefused(
+        "\n".join([head, *lines]), root=str(layout.root), refused=tuple(refused or earlier)
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) or "no reason recorded"

@@ -11,27 +11,32 @@ writes its pid, host and start time into the file for the next one to name.
 Within one process the lock is re-entrant (a restart of the job's objects in
 the same process shares it); two processes never share it.
 
-The probe does what publishing a snapshot does, on a throwaway directory:
-create a file under ``.tmp``, fsync it, rename the directory into
-``snapshots/``, delete it. A read-only root, a full disk or a ``snapshots``
-that is a file fail here, before any rollout runs, instead of at the first
-snapshot.
+The probe first refuses a root whose ``snapshots``, ``.tmp``, ``.trash``,
+``refused`` or ``.lock`` is a symbolic link (``SnapshotRootUnsafe``: through
+it, envckpt would write and delete outside the root); the lock file is
+opened with ``O_NOFOLLOW`` too. Then it does what publishing a snapshot
+does, on a throwaway directory: create a file under ``.tmp``, fsync it,
+rename the directory into ``snapshots/``, delete it. A read-only root, a
+full disk or a ``snapshots`` that is a file fail here, before any rollout
+runs, instead of at the first snapshot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
 import uuid
 from pathlib import Path
 
-from envckpt.fsutil import fsync_dir
+from envckpt.fsutil import open_directory, remove_tree
 from envckpt.trainer.job_errors import SnapshotRootLocked, SnapshotRootUnusable
-from envckpt.trainer.layout import SnapshotLayout
+from envckpt.trainer.layout import LOCK_NAME, SNAPSHOTS_DIR, TEMPORARY_DIR, SnapshotLayout
+from envckpt.trainer.root_entries import PROBE_PREFIX
 
 _HELD: dict[str, RootLock] = {}
 
@@ -62,8 +67,11 @@ class RootLock:
             held._holds += 1
             return held
         try:
-            fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a .lock linked elsewhere would be truncated and written.
+            fd = os.open(layout.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise layout.unsafe(LOCK_NAME) from None
             raise _unusable(layout, "open the lock file", error) from error
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -112,31 +120,54 @@ class RootLock:
 
 
 def probe_root(layout: SnapshotLayout) -> None:
-    """Create, fsync, rename and delete a probe as publishing would; ``SnapshotRootUnusable``."""
-    name = f".probe-{uuid.uuid4().hex[:12]}"
-    staged = layout.temporary / name
-    published = layout.snapshots / name
+    """Create, fsync, rename and delete a probe as publishing would.
+
+    ``SnapshotRootUnsafe`` for a directory of the root that is a symbolic
+    link; ``SnapshotRootUnusable`` naming the step that failed.
+    """
+    layout.check_safe()
+    name = f"{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
     step = "create a directory under .tmp"
     try:
-        staged.mkdir(parents=True)
-        step = "write and fsync a file"
-        with open(staged / "probe", "wb") as stream:
-            stream.write(b"envckpt probe\n")
-            stream.flush()
-            os.fsync(stream.fileno())
-        fsync_dir(staged)
-        step = "create snapshots/"
-        layout.snapshots.mkdir(parents=True, exist_ok=True)
-        step = "rename into snapshots/"
-        os.rename(staged, published)
-        fsync_dir(layout.snapshots)
-        step = "delete the probe"
-        shutil.rmtree(published)
-        fsync_dir(layout.snapshots)
+        with layout.directory(TEMPORARY_DIR, create=True) as staging_fd:
+            assert staging_fd is not None
+            os.mkdir(name, dir_fd=staging_fd)
+            step = "write and fsync a file"
+            _write_probe(name, staging_fd)
+            step = "create snapshots/"
+            with layout.directory(SNAPSHOTS_DIR, create=True) as snapshots_fd:
+                assert snapshots_fd is not None
+                step = "rename into snapshots/"
+                os.rename(name, name, src_dir_fd=staging_fd, dst_dir_fd=snapshots_fd)
+                os.fsync(snapshots_fd)
+                step = "delete the probe"
+                remove_tree(name, dir_fd=snapshots_fd)
+                os.fsync(snapshots_fd)
     except OSError as error:
-        shutil.rmtree(staged, ignore_errors=True)
-        shutil.rmtree(published, ignore_errors=True)
+        _remove_probe(layout, name)
         raise _unusable(layout, step, error) from error
+
+
+def _remove_probe(layout: SnapshotLayout, name: str) -> None:
+    """Best effort: the probe wherever the failed step left it (the next start sweeps it too)."""
+    for directory in (TEMPORARY_DIR, SNAPSHOTS_DIR):
+        with contextlib.suppress(OSError), layout.directory(directory) as fd:
+            if fd is not None:
+                remove_tree(name, dir_fd=fd)
+
+
+def _write_probe(name: str, staging_fd: int) -> None:
+    directory = open_directory(name, dir_fd=staging_fd)
+    try:
+        fd = os.open("probe", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=directory)
+        try:
+            os.write(fd, b"envckpt probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def _unusable(layout: SnapshotLayout, step: str, error: OSError) -> SnapshotRootUnusable:

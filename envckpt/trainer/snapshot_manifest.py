@@ -11,6 +11,7 @@ orders the candidates at restore) is refused like a damaged file.
                                        step=120, policy_version="v7")
     write_snapshot_manifest(tmp, manifest)
     manifest = verify_snapshot(published_dir)     # CorruptCheckpoint if anything differs
+    read_snapshot_manifest(published_dir)         # ManifestTooLarge past the caps below
     verify_snapshot(published_dir, on_bytes=bar.advance)   # progress while hashing
     read_created_at(published_dir)                # ordering only; None if unreadable
 
@@ -51,6 +52,12 @@ def snapshot_id(step: int | None) -> str:
 _FIELDS_V2 = ("checkpoint_id", "created_at", "files", "metrics")
 _FIELDS = {2: _FIELDS_V2, SCHEMA_VERSION: (*_FIELDS_V2, "step", "policy_version")}
 _HASH_CHUNK = 1024 * 1024
+# Caps on a manifest read back: a legitimate one lists a few files per Gym
+# participant (some hundred bytes each), so 100k entries and 32 MiB hold any
+# real deployment many times over, and a hostile one is refused in
+# milliseconds instead of parsed for seconds into hundreds of MiB.
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+MAX_MANIFEST_FILES = 100_000
 # Called with the number of bytes just hashed (a progress bar's advance).
 OnBytes = Callable[[int], object]
 
@@ -152,15 +159,35 @@ def build_snapshot_manifest(
 
 
 def write_snapshot_manifest(directory: Path, manifest: SnapshotManifest) -> None:
-    atomic_write_bytes(directory / MANIFEST_NAME, manifest.to_bytes())
-
-
-def read_snapshot_manifest(directory: Path) -> SnapshotManifest:
-    """The manifest of ``directory``, its own checksum and fields checked; files not checked."""
+    """Write ``MANIFEST.json``; ``ManifestTooLarge`` rather than publish what no reader takes."""
     path = directory / MANIFEST_NAME
-    schema = _schema_of(path)
-    body = checksummed.read(
-        path, kind=MANIFEST_KIND, schema_version=schema, fields=_FIELDS[schema], what="manifest"
+    checksummed.check_entries(
+        len(manifest.files) + len(manifest.metrics),
+        limit=MAX_MANIFEST_FILES,
+        what="manifest",
+        path=path,
+    )
+    data = manifest.to_bytes()
+    checksummed.check_size(len(data), limit=MAX_MANIFEST_BYTES, what="manifest", path=path)
+    atomic_write_bytes(path, data)
+
+
+def read_snapshot_manifest(
+    directory: Path,
+    *,
+    max_bytes: int = MAX_MANIFEST_BYTES,
+    max_files: int = MAX_MANIFEST_FILES,
+) -> SnapshotManifest:
+    """The manifest of ``directory``, its own checksum and fields checked; files not checked.
+
+    ``ManifestTooLarge`` (a ``CorruptCheckpoint``) past ``max_bytes`` (before
+    reading) or ``max_files`` listed files (before any is used).
+    """
+    path = directory / MANIFEST_NAME
+    data = checksummed.read_capped(path, max_bytes=max_bytes, what="manifest")
+    schema = _schema_of(data)
+    body = checksummed.decode(
+        data, kind=MANIFEST_KIND, schema_version=schema, fields=_FIELDS[schema], path=str(path)
     )
     try:
         checkpoint_id = validate_checkpoint_id(body["checkpoint_id"])
@@ -169,29 +196,35 @@ def read_snapshot_manifest(directory: Path) -> SnapshotManifest:
         created_at = body["created_at"]
         if isinstance(created_at, bool) or not isinstance(created_at, int | float):
             raise TypeError("created_at must be a number")
+        listed = dict(body["files"])
+        metrics = dict(body["metrics"])
+        checksummed.check_entries(
+            len(listed) + len(metrics), limit=max_files, what="manifest", path=path
+        )
         files = {
             str(name): (_digest(entry["sha256"]), _size(entry["size"]))
-            for name, entry in dict(body["files"]).items()
+            for name, entry in listed.items()
         }
-        metrics = {str(k): float(v) for k, v in dict(body["metrics"]).items()}
         return SnapshotManifest(
             checkpoint_id,
             float(created_at),
             files,
-            metrics,
+            {str(k): float(v) for k, v in metrics.items()},
             step=body.get("step"),
             policy_version=body.get("policy_version"),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as error:
+        if isinstance(error, CorruptCheckpoint):
+            raise
         raise CorruptCheckpoint(f"invalid snapshot manifest: {error}", path=str(path)) from error
 
 
-def _schema_of(path: Path) -> int:
+def _schema_of(data: bytes) -> int:
     """The schema the manifest claims, when this build reads it; else the current one,
-    so ``checksummed.read`` refuses it with its own message (missing, not JSON, future)."""
+    so ``checksummed.decode`` refuses it with its own message (not JSON, future)."""
     try:
-        claimed = json.loads(path.read_bytes()).get("schema_version")
-    except (OSError, ValueError, AttributeError):
+        claimed = json.loads(data).get("schema_version")
+    except (ValueError, AttributeError, RecursionError):
         return SCHEMA_VERSION
     return claimed if type(claimed) is int and claimed in _FIELDS else SCHEMA_VERSION
 

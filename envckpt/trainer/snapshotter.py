@@ -15,21 +15,21 @@ is ``rollouts-step<step, 10 digits>-<random>``, so ids sort by step.
 Phases, in order, each with its failure rule (what is undone, what the
 caller sees), in the manner of a two-phase commit:
 
-1. **begin**: save lock; fresh checkpoint id; unpublished ``.tmp/<id>``.
+1. **begin**: save lock; fresh checkpoint id; unpublished ``.tmp/envckpt-<id>``.
    Fails: the directory, if made, is deleted. A failed snapshot.
 2. **pause**: dispatch closes; ``env.snapshot(tmp)`` retires dropped
    attempts, prepares, commits, writes ``gym_checkpoint.json``.
    Fails: the environment aborted its own checkpoint (every instance
-   resumed); ``.tmp/<id>`` deleted; dispatch reopens. A failed snapshot.
+   resumed); ``.tmp/envckpt-<id>`` deleted; dispatch reopens. A failed snapshot.
 3. **save**: under the data-plane cut, ``check_against_cut``, then the data
-   plane, ledger and sidecars are written into ``.tmp/<id>``.
+   plane, ledger and sidecars are written into ``.tmp/envckpt-<id>``.
    Fails: as 2 (leaving the environment context with the error aborts it).
 4. **publish**: ``MANIFEST.json`` last, rename into ``snapshots/``, in a
    thread. A cancellation waits for the rename instead of deleting under it,
    so the snapshot is whole or absent, never half published.
    Fails before the rename: as 2. After it the snapshot is published.
-5. **prune** to ``keep_latest_k`` (through the trash). Fails: logged; the
-   new snapshot stands.
+5. **prune** to ``keep_latest_k`` (through the trash; only envckpt's own
+   snapshots count and go). Fails: logged; the new snapshot stands.
 6. **the caller's block**, environment still paused. Raises: the snapshot
    stays published, the environment resumes, the error propagates.
 7. **resume**: leaving the environment context resumes every instance
@@ -69,6 +69,7 @@ from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
 from envckpt.trainer.early_resume import EarlyResume
+from envckpt.trainer.job_errors import SnapshotRootUnsafe
 from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR, SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.root_guard import RootLock
@@ -321,10 +322,10 @@ class RolloutSnapshotter:
             attempt.published = self._published(attempt, path, size, started, env_snapshot)
             raise
         result = self._published(attempt, path, size, started, env_snapshot)
+        pruned: tuple[str, ...] = ()
         try:
-            pruned = await asyncio.to_thread(self.layout.prune, self.keep_latest_k)
-        except OSError as error:
-            pruned = []
+            pruned = (await asyncio.to_thread(self.layout.prune, self.keep_latest_k)).removed
+        except (OSError, SnapshotRootUnsafe) as error:
             _log.warning("pruning old snapshots failed; the new one stands", error=str(error))
         _log.info(
             "snapshot published",

@@ -17,13 +17,21 @@ The order is the one rl-recovery.md fixes, with the root claimed first:
    anything is cleaned, restored or run;
 2. discover and check the deployment;
 3. restore the newest usable snapshot (every trainer-side file checked
-   first, results included; see ``restorer``), or start fresh;
+   first, results included; see ``restorer``), or start fresh: on a root
+   that never held a snapshot, or, with ``allow_fresh_start``, on one whose
+   every snapshot was refused (without it: ``AllSnapshotsRefused``, exit 3);
 4. attach the restored ledger as the facade's inventory and as the
    destination of token rows; build the snapshotter and the rollout loop.
+
+A trainer process's command line takes ``--allow-fresh-start``
+(``add_start_arguments``) and passes ``args.allow_fresh_start`` on; a job
+script that accepts losing every rollout of a root whose snapshots are all
+refused passes it on every start.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +79,16 @@ class StartedTrainer:
         self.lock.release()
 
 
+def add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    """A trainer process's startup flags: ``--allow-fresh-start``."""
+    parser.add_argument(
+        "--allow-fresh-start",
+        action="store_true",
+        help="when every snapshot of the root is refused, start from scratch instead of "
+        "exiting 3 (the refused snapshots are moved to refused/)",
+    )
+
+
 def claim_root(root: str | os.PathLike[str]) -> RootLock:
     """Step 1: the root's lock, and a probe proving it can take snapshots."""
     lock = RootLock.acquire(root)
@@ -98,8 +116,13 @@ async def start_trainer(
     snapshot_policy: SnapshotPolicy | None = None,
     signals: JobSignals | None = None,
     on_final_snapshot: Callable[[SnapshotResult], Awaitable[None]] | None = None,
+    allow_fresh_start: bool = False,
 ) -> StartedTrainer:
-    """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run."""
+    """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run.
+
+    ``allow_fresh_start``: start from scratch when every snapshot is refused
+    (else ``AllSnapshotsRefused``).
+    """
     lock = claim_root(root)
     try:
         await facade.check_startup()
@@ -109,6 +132,7 @@ async def start_trainer(
             barrier=barrier,
             sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
             lock=lock,
+            allow_fresh_start=allow_fresh_start,
         )
         report = await restorer.restore(data_plane_path=data_plane_path)
     except BaseException:

@@ -71,7 +71,9 @@ class Case:
     modes: frozenset[str] | None = None  # participant modes the row applies to; None: all
     kinds: frozenset[str] | None = None  # participant kinds the row applies to; None: all
     capability: str | None = None  # only participants declaring it in status
-    auth: str = "ok"  # "ok", "wrong" (another token) or "none" (no header)
+    # "ok", "wrong" (another token), "none" (no header) or "duplicate" (the right token,
+    # then a second Authorization header with another)
+    auth: str = "ok"
     method: str | None = None  # None: the route's own
     raw: str | None = None  # this exact body text instead of JSON
     note: str = ""
@@ -110,6 +112,9 @@ CASES: tuple[Case, ...] = (
     *(no(route, "idle", "unauthorized", auth="wrong") for route in ("status", *ROUTES)),
     no("status", "idle", "unauthorized", auth="none", note="no header"),
     no("prepare", "idle", "unauthorized", auth="none", note="no header"),
+    *(Case(route, "idle", {}, 400, "invalid_request", auth="duplicate", profile=ENVCKPT,
+           note="two Authorization headers, the right one first")
+      for route in ("status", "prepare")),
     # ----------------------------------------------------------------- prepare
     ok("prepare", "idle", after="prepared", checks=("ready", "lease_armed")),
     ok("prepare", "idle+held", after="prepared", checks=("ready",), note="held state"),

@@ -81,8 +81,12 @@ def send(participant: Participant, case: Case, body: Any, raw: bytes | None) -> 
         return participant.driver.data_call(
             participant.kind, None if episode is None else EnvironmentEpisode.from_wire(episode)
         )
-    token = {"ok": None, "wrong": f"wrong-{uuid.uuid4().hex}", "none": ""}[case.auth]
-    return participant.client.call(case.route, body, method=case.method, token=token, raw=raw)
+    wrong = f"wrong-{uuid.uuid4().hex}"
+    token = {"ok": None, "wrong": wrong, "none": "", "duplicate": None}[case.auth]
+    second = wrong if case.auth == "duplicate" else None
+    return participant.client.call(
+        case.route, body, method=case.method, token=token, raw=raw, second_token=second
+    )
 
 
 def resolve(case: Case, ctx: Ctx) -> tuple[Any, bytes | None]:

@@ -88,13 +88,17 @@ class ControlClient:
         method: str | None = None,
         token: str | None = None,
         raw: bytes | None = None,
+        second_token: str | None = None,
     ) -> Reply:
-        """One control request; ``token=""`` sends no Authorization header at all."""
+        """One control request; ``token=""`` sends no Authorization header at all;
+        ``second_token`` sends a second Authorization header after the first."""
         method = method or ("GET" if route == "status" else "POST")
         secret = self.token if token is None else token
-        headers = {"Content-Type": "application/json"}
+        headers = [("Content-Type", "application/json")]
         if secret:
-            headers["Authorization"] = f"Bearer {secret}"
+            headers.append(("Authorization", f"Bearer {secret}"))
+        if second_token is not None:
+            headers.append(("Authorization", f"Bearer {second_token}"))
         content = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         url = f"{self.base_url}{CHECKPOINT_ROUTE_PREFIX}/{route}"
         response = self.http.request(method, url, content=content, headers=headers)

@@ -12,10 +12,12 @@ import pytest
 
 from envckpt import checksummed
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import CorruptCheckpoint
+from envckpt.errors import CorruptCheckpoint, ManifestTooLarge
+from envckpt.facade import manifest as manifest_module
 from envckpt.facade.manifest import (
     MANIFEST_KIND,
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
     SCHEMA_VERSION,
     GymSnapshotManifest,
     InstanceRecord,
@@ -111,7 +113,7 @@ def test_continued_attempts_and_staging_keys_cover_every_instance() -> None:
 
 def test_a_missing_manifest_is_refused(tmp_path: Path) -> None:
     """No gym_checkpoint.json: CorruptCheckpoint naming the path."""
-    with pytest.raises(CorruptCheckpoint, match="no Gym snapshot manifest") as info:
+    with pytest.raises(CorruptCheckpoint, match="Gym snapshot manifest is missing") as info:
         read_manifest(tmp_path)
     assert info.value.path == str(tmp_path / MANIFEST_NAME)
 
@@ -205,3 +207,43 @@ async def test_a_tampered_manifest_refuses_the_restore_and_installs_nothing(
         async with after.facade.restored(tmp_path):
             pytest.fail("must not be yielded")
     assert after.requests() == 0
+
+
+def test_a_manifest_over_its_byte_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """Over max_bytes is ManifestTooLarge (a CorruptCheckpoint); a sparse 8 GiB file is
+    refused from its size alone."""
+    size = write_manifest(tmp_path, MANIFEST)
+    assert read_manifest(tmp_path, max_bytes=size) == MANIFEST
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_manifest(tmp_path, max_bytes=size - 1)
+    assert caught.value.unit == "bytes" and isinstance(caught.value, CorruptCheckpoint)
+    with open(tmp_path / MANIFEST_NAME, "r+b") as stream:
+        stream.truncate(8 << 30)
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_manifest(tmp_path)
+    assert caught.value.limit == MAX_MANIFEST_BYTES
+
+
+def test_a_manifest_of_too_many_entries_is_refused(tmp_path: Path) -> None:
+    """Instances, episodes, restarts, staging keys and participants count against the cap."""
+    write_manifest(tmp_path, MANIFEST)
+    # 2 instances; A: 2 episodes, 2 keys, 3 participants, 1 restart; B: 1 episode, 1 participant.
+    entries = 2 + 8 + 2
+    assert read_manifest(tmp_path, max_entries=entries) == MANIFEST
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_manifest(tmp_path, max_entries=entries - 1)
+    assert (caught.value.unit, caught.value.found) == ("entries", entries)
+
+
+def test_a_manifest_no_reader_would_take_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over either cap, write_manifest raises ManifestTooLarge and writes nothing."""
+    monkeypatch.setattr(manifest_module, "MAX_MANIFEST_ENTRIES", 11)
+    with pytest.raises(ManifestTooLarge, match="entries"):
+        write_manifest(tmp_path, MANIFEST)
+    monkeypatch.setattr(manifest_module, "MAX_MANIFEST_ENTRIES", 12)
+    monkeypatch.setattr(manifest_module, "MAX_MANIFEST_BYTES", 100)
+    with pytest.raises(ManifestTooLarge, match="bytes"):
+        write_manifest(tmp_path, MANIFEST)
+    assert not (tmp_path / MANIFEST_NAME).exists()

@@ -110,22 +110,24 @@ class Rig:
         self.attach(RecoveryLedger(data_plane=plane), plane, ResultStore())
         return self
 
-    async def restore(self) -> RestoreReport:
+    async def restore(self, *, allow_fresh_start: bool = False) -> RestoreReport:
         """Start from the newest usable snapshot, as a restarted job does."""
         await self.facade.check_startup()
-        report = await self.restorer().restore(data_plane_path=self.live_path)
+        restorer = self.restorer(allow_fresh_start=allow_fresh_start)
+        report = await restorer.restore(data_plane_path=self.live_path)
         results = report.sidecars.get(RESULTS_SIDECAR, ResultStore())
         assert isinstance(results, ResultStore)
         self.attach(report.ledger, report.data_plane, results)
         return report
 
-    def restorer(self) -> Restorer:
+    def restorer(self, *, allow_fresh_start: bool = False) -> Restorer:
         """The restorer a started trainer uses: results sidecar checked against the ledger."""
         return Restorer(
             self.snapshot_root,
             env_checkpoint=self.facade,
             barrier=self.barrier,
             sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
+            allow_fresh_start=allow_fresh_start,
         )
 
     def attach(self, ledger: RecoveryLedger, plane: SqliteDataPlane, results: ResultStore) -> None:

@@ -28,7 +28,7 @@ from envckpt.http.routes import MAX_BODY_BYTES, control_router, mount_participan
 from envckpt.http.serve import serve
 from envckpt.participant.hooks import NoState
 from envckpt.participant.store import MANIFEST_NAME, participant_dir
-from envckpt.protocol import ROUTES
+from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
 
 from helpers.http_deployment import (
     TOKEN,
@@ -883,6 +883,44 @@ async def test_a_directory_reused_for_another_checkpoint_is_refused(
     assert await d.phase("agent") == "prepared"
     assert {path.name: path.read_bytes() for path in published.iterdir()} == before
     assert json.loads((published / MANIFEST_NAME).read_text())["checkpoint_id"] == first
+
+
+@pytest.mark.parametrize(
+    "order", ["right first", "wrong first", "right twice"], ids=lambda order: order
+)
+async def test_two_authorization_headers_are_refused_on_every_route(
+    one_agent: Deployment, order: str
+) -> None:
+    """Two Authorization headers are 400 invalid_request on every route (status included),
+    even when the right token comes first: which one a proxy or framework reads is
+    ambiguous. Nothing runs: the participant stays idle."""
+    d = one_agent
+    right, wrong = f"Bearer {TOKEN}", "Bearer wrong-token-of-sixteen"
+    pair = {
+        "right first": (right, wrong),
+        "wrong first": (wrong, right),
+        "right twice": (right, right),
+    }[order]
+    cid = new_id()
+    for route in ROUTES:
+        method = "GET" if route == "status" else "POST"
+        content = None if route == "status" else json.dumps(body(cid)).encode()
+        response = await d.raw.request(
+            method,
+            f"{d.urls['agent']}{CHECKPOINT_ROUTE_PREFIX}/{route}",
+            content=content,
+            headers=[
+                ("Content-Type", "application/json"),
+                ("Authorization", pair[0]),
+                ("Authorization", pair[1]),
+            ],
+        )
+        assert response.status_code == 400, (route, response.text)
+        error = response.json()["error"]
+        assert error["code"] == "invalid_request" and "2 Authorization headers" in error["detail"]
+        assert TOKEN not in response.text
+    status = await d.status("agent")
+    assert (status["phase"], status["checkpoint_id"]) == ("idle", None)
 
 
 async def test_on_a_host_app_every_answer_under_the_prefix_is_the_envelope(tmp_path: Path) -> None:

@@ -72,7 +72,9 @@ class Case:
     body: Body
     status: int
     code: str
-    auth: str = "control"  # control, rows, none, or "header:<Authorization value>"
+    # control, rows, none, "header:<Authorization value>", or "twice:control" / "twice:rows"
+    # (that right token, then a second Authorization header with a wrong one)
+    auth: str = "control"
     content_type: str | None = "application/json"
     note: str = ""
 
@@ -206,6 +208,10 @@ def missing_field_cases() -> list[Case]:
 # fmt: off
 CASES: tuple[Case, ...] = (
     *auth_cases(),
+    *(c(route, None if route == "status" else J(), 400, BAD, server=server, auth="twice:control",
+        note="two Authorization headers") for server in PARTICIPANTS for route in ROUTES),
+    c("nope", None, 400, BAD, auth="twice:control", method="GET",
+      note="unknown route, two Authorization headers"),
     c("nope", None, 401, U, auth="none", method="GET", note="unknown route unauthenticated"),
     c("prepare", J(), 401, U, auth="none", content_type="text/plain", note="auth before type"),
     c("prepare", Declared(65 * MIB), 401, U, auth="none", note="auth before size"),
@@ -388,6 +394,8 @@ CASES: tuple[Case, ...] = (
     *(Case(ROWS, "POST", "/rows", {"capture_key": "r", "staging_key": "r/t0", "payload": "p"},
            401, U, auth=auth, note=f"rows auth {auth}")
       for auth in ("none", "control", "header:Bearer wrong-token-0123456789")),
+    Case(ROWS, "POST", "/rows", {"capture_key": "r", "staging_key": "r/t0", "payload": "p"},
+         400, BAD, auth="twice:rows", note="rows two Authorization headers"),
     Case(ROWS, "POST", "/rows", Declared(16 * MIB + 1), 413, TOO, auth="rows", note="rows size"),
     Case(ROWS, "POST", "/rows", b"not json", 422, BAD, auth="rows", note="rows not JSON"),
     Case(ROWS, "POST", "/rows", {"capture_key": "r"}, 422, BAD, auth="rows",

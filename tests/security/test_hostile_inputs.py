@@ -87,6 +87,15 @@ def baseline(target: Target, http: httpx.Client) -> dict[str, Any]:
     return before
 
 
+def authorizations(case: Case, target: Target) -> list[str]:
+    """The Authorization header values the row sends, in order."""
+    if case.auth.startswith("twice:"):
+        first = Case(case.server, case.method, case.path, None, 0, "", auth=case.auth[6:])
+        return [*authorizations(first, target), "Bearer wrong-token-0123456789"]
+    token = authorization(case, target)
+    return [] if token is None else [token]
+
+
 def authorization(case: Case, target: Target) -> str | None:
     if case.auth == "none":
         return None
@@ -139,14 +148,11 @@ def send(case: Case, target: Target, http: httpx.Client) -> Reply:
     """The reply to one row."""
     ctx = Ctx(target.root, target.outside, time.time())
     body = resolve_body(case, ctx)
-    headers: dict[str, str] = {}
-    token = authorization(case, target)
-    if token is not None:
-        headers["Authorization"] = token
+    headers = [("Authorization", token) for token in authorizations(case, target)]
     if case.content_type is not None and body is not None:
-        headers["Content-Type"] = case.content_type
+        headers.append(("Content-Type", case.content_type))
     if isinstance(body, Declared | Streamed):
-        return asyncio.run(_raw(url_of(case, target), headers, body))
+        return asyncio.run(_raw(url_of(case, target), dict(headers), body))
     content = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     reply = http.request(case.method, url_of(case, target), content=content, headers=headers)
     return Reply(reply.status_code, dict(reply.headers), reply.content)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from envckpt.cli import main
 from envckpt.trainer.catalog import SnapshotCatalog
@@ -16,14 +19,16 @@ from envckpt.trainer.layout import SnapshotLayout
 from helpers.demo_cli import run_main
 from helpers.root_holder import held_by_another_process
 from helpers.snapshot_corruption import records_file
-from helpers.snapshot_files import flip_byte
+from helpers.snapshot_files import flip_byte, publish
 from helpers.stepped_root import stepped_root
+from helpers.tree_state import tree_state
 
 
 def snapshots(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
     """``envckpt snapshots ARGS``: exit code, stdout, stderr (of this call only)."""
     capsys.readouterr()  # what building the root printed is not the command's
-    code = main(["snapshots", *map(str, args)])
+    with capture_logs():  # events go to the host's logging, never into the command's output
+        code = main(["snapshots", *map(str, args)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -132,6 +137,7 @@ async def test_prune_and_delete_go_through_the_trash(
         "root": str(root),
         "removed": [ids[0]],
         "kept": [ids[2], ids[1]],
+        "left": [],
     }
     code, out, _ = snapshots(capsys, "delete", root, ids[2])
     assert code == 0 and out == f"deleted {ids[2]}\n"
@@ -182,3 +188,110 @@ def test_the_console_script_runs_the_verbs(demo_dir: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["snapshots"]
+
+
+@pytest.mark.parametrize("verb", ["list", "verify", "show", "prune", "delete"])
+def test_a_directory_that_is_no_snapshot_root_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """A directory without snapshots/ (a mistyped path, /) is not a root: exit 2, one line."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "results.json").write_text("{}")
+    extra = {"show": ["latest"], "prune": ["--keep", "1"], "delete": ["ck-1"]}.get(verb, [])
+    for root in (tmp_path / "data", Path("/")):
+        code, out, err = snapshots(capsys, verb, root, *extra)
+        assert code == 2 and out == ""
+        assert err.splitlines() == [
+            f"envckpt snapshots {verb}: {root} is not a snapshot root: it holds no snapshots/ "
+            "directory (give the directory a trainer was given as its root)"
+        ]
+
+
+def test_verify_of_the_filesystem_root_exits_non_zero_as_a_process() -> None:
+    """The red-team case, as a CI check would run it: `envckpt snapshots verify /` fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "envckpt", "snapshots", "verify", "/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "/ is not a snapshot root" in done.stderr
+
+
+@pytest.mark.parametrize("linked", ["snapshots", ".tmp", ".trash", "refused"])
+def test_a_root_with_a_linked_directory_is_refused_by_every_verb(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], linked: str
+) -> None:
+    """A snapshots/, .tmp, .trash or refused/ that is a link: exit 2 naming it; nothing
+    where it points is read as a snapshot or touched."""
+    layout = SnapshotLayout(tmp_path / "root")
+    for index in range(2):
+        publish(layout, f"ck-{index}", float(index + 1))
+    layout.refused.mkdir()
+    layout.trash.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(layout.root / linked, elsewhere)
+    (layout.root / linked).symlink_to(elsewhere)
+    if linked != "snapshots":
+        (elsewhere / "envckpt-theirs").mkdir()
+    before = tree_state(elsewhere)
+    for verb in (["list"], ["verify"], ["prune", "--keep", "1"], ["delete", "ck-0"]):
+        code, out, err = snapshots(capsys, verb[0], layout.root, *verb[1:])
+        assert code == 2 and out == ""
+        assert f"{layout.root / linked} is a symbolic link" in err
+    assert tree_state(elsewhere) == before
+
+
+def test_prune_with_a_stray_newer_file_keeps_the_newest_snapshot_and_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The red-team case: notes.txt newer than 3 snapshots; --keep 1 deletes the two older
+    snapshots only, leaves the file and says so."""
+    layout = SnapshotLayout(tmp_path / "root")
+    ids = [f"rollouts-step000000000{i}-abc" for i in range(3)]
+    for index, checkpoint_id in enumerate(ids):
+        publish(layout, checkpoint_id, float(index + 1))
+    notes = layout.snapshots / "notes.txt"
+    notes.write_text("my notes")
+    os.utime(notes, (1e10, 1e10))
+    code, out, _ = snapshots(capsys, "prune", layout.root, "--keep", "1")
+    assert code == 0 and fits(out)
+    assert out.splitlines() == [
+        f"deleted {ids[1]}",
+        f"deleted {ids[0]}",
+        "left snapshots/notes.txt: a regular file, not a snapshot",
+        "kept 1 snapshot(s), deleted 2, left 1 entry envckpt did not make",
+    ]
+    assert notes.read_text() == "my notes"
+    assert [e.checkpoint_id for e in SnapshotCatalog(layout.root).all()] == [ids[2]]
+    code, out, _ = snapshots(capsys, "prune", layout.root, "--keep", "1", "--json")
+    assert json.loads(out)["left"] == [
+        {"path": str(notes), "why": "a regular file, not a snapshot"}
+    ]
+
+
+def test_list_names_foreign_entries_and_delete_refuses_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """list prints what is not a snapshot (and --json lists it); delete of an id-named
+    directory without a verifying manifest exits 1 and leaves it."""
+    layout = SnapshotLayout(tmp_path / "root")
+    publish(layout, "ck-1", 1.0)
+    mine = layout.snapshots / "ck-mine"
+    mine.mkdir()
+    (mine / "weights.bin").write_bytes(b"w")
+    (layout.snapshots / "notes.txt").write_text("x")
+    code, out, _ = snapshots(capsys, "list", layout.root)
+    assert code == 0
+    assert "not a snapshot, left alone: snapshots/notes.txt: a regular file" in out
+    code, out, _ = snapshots(capsys, "list", layout.root, "--json")
+    assert sorted(Path(e["path"]).name for e in json.loads(out)["foreign"]) == [
+        "ck-mine",
+        "notes.txt",
+    ]
+    code, out, err = snapshots(capsys, "delete", layout.root, "ck-mine")
+    assert code == 1 and out == ""
+    assert f"refused to delete {mine}" in err and "MANIFEST.json does not verify" in err
+    assert (mine / "weights.bin").read_bytes() == b"w"

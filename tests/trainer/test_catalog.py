@@ -12,7 +12,7 @@ from envckpt.trainer.catalog import DAMAGED, OK, REFUSED, SnapshotCatalog
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.snapshot_manifest import MANIFEST_NAME
 
-from helpers.snapshot_files import flip_byte
+from helpers.snapshot_files import flip_byte, publish
 from helpers.stepped_root import stepped_root
 
 
@@ -126,3 +126,23 @@ async def test_a_renamed_snapshot_directory_is_damaged(tmp_path: Path) -> None:
     shutil.move(layout.snapshots / ids[0], layout.snapshots / "renamed-1")
     [entry] = SnapshotCatalog(path).all()
     assert entry.status == DAMAGED and "directory is renamed-1" in entry.problem
+
+
+def test_foreign_entries_are_named_and_never_listed_as_snapshots(tmp_path: Path) -> None:
+    """A stray file, a link to a snapshot and a directory without a manifest: foreign()
+    names them (the directory also lists, damaged); entry() never resolves through a link."""
+    layout = SnapshotLayout(tmp_path / "root")
+    real = publish(layout, "ck-1", 1.0)
+    (layout.snapshots / "notes.txt").write_text("x")
+    (layout.snapshots / "ck-link").symlink_to(real)
+    (layout.snapshots / "ck-empty").mkdir()
+    catalog = SnapshotCatalog(layout.root)
+    assert sorted(entry.path.name for entry in catalog.foreign()) == [
+        "ck-empty",
+        "ck-link",
+        "notes.txt",
+    ]
+    assert sorted(entry.checkpoint_id for entry in catalog.all()) == ["ck-1", "ck-empty"]
+    with pytest.raises(KeyError):
+        catalog.entry("ck-link")
+    assert catalog.entry("ck-1").checkpoint_id == "ck-1"

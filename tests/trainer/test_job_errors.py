@@ -8,10 +8,13 @@ import pytest
 
 from envckpt.errors import EnvckptError
 from envckpt.trainer.job_errors import (
+    AllSnapshotsRefused,
     JobExit,
     RestoreFailed,
+    SnapshotNotOwned,
     SnapshotRefusedByEnvironment,
     SnapshotRootLocked,
+    SnapshotRootUnsafe,
     SnapshotRootUnusable,
     SnapshotsFailing,
     StartRefused,
@@ -23,6 +26,11 @@ SAMPLES: list[tuple[EnvckptError, JobExit]] = [
     (SnapshotRootUnusable("ro", root="/r", step="rename"), JobExit.START_REFUSED),
     (
         SnapshotRootLocked("held", root="/r", pid=42, host="node-1", since="2026-01-01"),
+        JobExit.START_REFUSED,
+    ),
+    (SnapshotRootUnsafe("link", root="/r", path="/r/.tmp"), JobExit.START_REFUSED),
+    (
+        AllSnapshotsRefused("all bad", root="/r", refused=(("s2", "digest"), ("s1", "ledger"))),
         JobExit.START_REFUSED,
     ),
     (SnapshotsFailing("3 failed", consecutive=3, last_reason="OSError"), JobExit.SNAPSHOTS_FAILING),
@@ -49,6 +57,14 @@ def test_every_error_pickles_with_its_fields_and_maps_to_its_exit_code(
 def test_other_errors_have_no_documented_exit_code() -> None:
     """An unexpected error is left to the interpreter (exit 1 with its traceback)."""
     assert exit_code_for(ValueError("bug")) is None
+
+
+def test_a_refused_delete_pickles_and_is_no_job_outcome() -> None:
+    """SnapshotNotOwned keeps path and reason through pickle; no trainer exits with it."""
+    error = SnapshotNotOwned("left", path="/r/snapshots/x", why="no MANIFEST.json")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.path, copy.why, str(copy)) == (error.path, error.why, str(error))
+    assert exit_code_for(error) is None
 
 
 def test_exit_codes_are_distinct_and_clear_of_the_shell_conventions() -> None:

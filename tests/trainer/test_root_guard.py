@@ -1,4 +1,5 @@
-"""Tests for envckpt.trainer.root_guard: one trainer per root, and a root proven usable."""
+"""Tests for envckpt.trainer.root_guard: one trainer per root, and a root proven usable
+and safe (no link among its directories)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from envckpt.trainer.job_errors import SnapshotRootLocked, SnapshotRootUnusable
+from envckpt.trainer.job_errors import (
+    JobExit,
+    SnapshotRootLocked,
+    SnapshotRootUnsafe,
+    SnapshotRootUnusable,
+    exit_code_for,
+)
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.root_guard import RootLock, probe_root
+from envckpt.trainer.startup import claim_root
 
 from helpers.root_holder import held_by_another_process
 
@@ -109,3 +117,49 @@ def test_a_usable_root_passes_the_probe_and_keeps_nothing_of_it(tmp_path: Path) 
     assert list(layout.snapshots.iterdir()) == []
     assert list(layout.temporary.iterdir()) == []
     assert layout.published() == []
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    """A .lock linked to another file would be truncated and written: SnapshotRootUnsafe."""
+    root = tmp_path / "root"
+    root.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (root / ".lock").symlink_to(victim)
+    with pytest.raises(SnapshotRootUnsafe) as caught:
+        RootLock.acquire(root)
+    assert caught.value.path == str(root / ".lock") and "symbolic link" in str(caught.value)
+    assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("linked", ["snapshots", ".tmp", ".trash", "refused"])
+def test_the_probe_refuses_a_root_whose_directory_is_a_link(tmp_path: Path, linked: str) -> None:
+    """Before any write, a root directory that is a link is SnapshotRootUnsafe naming it;
+    the directory it points to is left exactly as it was."""
+    layout = SnapshotLayout(tmp_path / "root")
+    layout.root.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "theirs").write_text("keep")
+    (layout.root / linked).symlink_to(elsewhere)
+    with pytest.raises(SnapshotRootUnsafe) as caught:
+        probe_root(layout)
+    assert caught.value.path == str(layout.root / linked)
+    assert exit_code_for(caught.value) is JobExit.START_REFUSED
+    assert [p.name for p in elsewhere.iterdir()] == ["theirs"]
+
+
+def test_claim_root_refuses_a_symlinked_tmp_before_anything_is_cleaned(tmp_path: Path) -> None:
+    """The red-team case: .tmp linked to a directory of the operator's; the trainer's first
+    step refuses, the lock is given back, and nothing there is deleted."""
+    layout = SnapshotLayout(tmp_path / "root")
+    layout.root.mkdir()
+    theirs = tmp_path / "home-dir"
+    (theirs / "envckpt-looks-ours").mkdir(parents=True)
+    (theirs / "notes.txt").write_text("keep")
+    (layout.root / ".tmp").symlink_to(theirs)
+    with pytest.raises(SnapshotRootUnsafe):
+        claim_root(layout.root)
+    assert sorted(p.name for p in theirs.iterdir()) == ["envckpt-looks-ours", "notes.txt"]
+    with RootLock.acquire(layout.root) as lock:  # released on the refusal
+        assert lock.held

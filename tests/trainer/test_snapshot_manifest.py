@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from envckpt import checksummed
-from envckpt.errors import CorruptCheckpoint
+from envckpt.errors import CorruptCheckpoint, ManifestTooLarge
+from envckpt.trainer import snapshot_manifest
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.snapshot_manifest import (
     MANIFEST_KIND,
     MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    MAX_MANIFEST_FILES,
     SCHEMA_VERSION,
     SnapshotManifest,
     build_snapshot_manifest,
@@ -25,7 +28,7 @@ from envckpt.trainer.snapshot_manifest import (
     write_snapshot_manifest,
 )
 
-from helpers.snapshot_files import FILES, RECORDS, flip_byte, publish
+from helpers.snapshot_files import FILES, RECORDS, fill, flip_byte, publish
 
 
 def reseal(directory: Path, **changes: Any) -> None:
@@ -202,3 +205,68 @@ def test_rewriting_the_manifest_keeps_what_it_said(layout: SnapshotLayout) -> No
     before = (final / MANIFEST_NAME).read_bytes()
     write_snapshot_manifest(final, read_snapshot_manifest(final))
     assert (final / MANIFEST_NAME).read_bytes() == before
+
+
+def test_a_manifest_over_its_byte_cap_is_refused_before_it_is_read(
+    layout: SnapshotLayout,
+) -> None:
+    """A manifest larger than max_bytes (a sparse 8 GiB one too) is ManifestTooLarge from its
+    size; at the default caps a published one reads."""
+    published = publish(layout, "ck-1", 1.0)
+    size = (published / MANIFEST_NAME).stat().st_size
+    assert read_snapshot_manifest(published, max_bytes=size).checkpoint_id == "ck-1"
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_snapshot_manifest(published, max_bytes=size - 1)
+    assert caught.value.unit == "bytes" and caught.value.limit == size - 1
+    with open(published / MANIFEST_NAME, "r+b") as stream:
+        stream.truncate(8 << 30)
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_snapshot_manifest(published)
+    assert caught.value.limit == MAX_MANIFEST_BYTES and caught.value.found == 8 << 30
+    assert read_created_at(published) is None  # ordering treats it as unverified
+
+
+def test_a_manifest_listing_too_many_files_is_refused(layout: SnapshotLayout) -> None:
+    """More files (and metrics) than max_files is ManifestTooLarge in entries, checksum or not."""
+    published = publish(layout, "ck-1", 1.0)
+    listed = len(FILES) + 1  # the files and the one metric
+    read_snapshot_manifest(published, max_files=listed)
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_snapshot_manifest(published, max_files=listed - 1)
+    assert (caught.value.unit, caught.value.found) == ("entries", listed)
+    many = {f"f{i}": {"sha256": "0" * 64, "size": 0} for i in range(MAX_MANIFEST_FILES + 1)}
+    reseal(published, files=many)
+    with pytest.raises(ManifestTooLarge, match="entries"):
+        read_snapshot_manifest(published)
+
+
+def test_a_symlinked_manifest_is_refused(layout: SnapshotLayout, tmp_path: Path) -> None:
+    """MANIFEST.json linked to a valid copy elsewhere is refused, not read through the link."""
+    published = publish(layout, "ck-1", 1.0)
+    (published / MANIFEST_NAME).rename(tmp_path / "elsewhere.json")
+    (published / MANIFEST_NAME).symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(CorruptCheckpoint, match="symbolic link"):
+        read_snapshot_manifest(published)
+
+
+def test_a_manifest_no_reader_would_take_is_not_written(
+    layout: SnapshotLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over either cap, write_snapshot_manifest raises ManifestTooLarge and writes nothing:
+    the snapshot fails now instead of its restore later."""
+    directory = layout.new_temporary("ck-1")
+    fill(directory)
+    manifest = build_snapshot_manifest(
+        directory, checkpoint_id="ck-1", created_at=1.0, metrics={"m": 1.0}
+    )
+    monkeypatch.setattr(snapshot_manifest, "MAX_MANIFEST_FILES", len(FILES))
+    with pytest.raises(ManifestTooLarge, match="entries"):
+        write_snapshot_manifest(directory, manifest)
+    monkeypatch.setattr(snapshot_manifest, "MAX_MANIFEST_FILES", len(FILES) + 1)
+    monkeypatch.setattr(snapshot_manifest, "MAX_MANIFEST_BYTES", len(manifest.to_bytes()) - 1)
+    with pytest.raises(ManifestTooLarge, match="bytes"):
+        write_snapshot_manifest(directory, manifest)
+    assert not (directory / MANIFEST_NAME).exists()
+    monkeypatch.setattr(snapshot_manifest, "MAX_MANIFEST_BYTES", len(manifest.to_bytes()))
+    write_snapshot_manifest(directory, manifest)
+    assert (directory / MANIFEST_NAME).exists()

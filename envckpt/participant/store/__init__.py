@@ -63,6 +63,7 @@ from envckpt.participant.store.envelope import (
 from envckpt.participant.store.layout import (
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_MANIFEST_VALUES,
     GYM_DIR,
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -91,6 +92,7 @@ from envckpt.participant.store.records import (
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_MANIFEST_BYTES",
+    "DEFAULT_MAX_MANIFEST_VALUES",
     "GYM_DIR",
     "MANIFEST_NAME",
     "SCHEMA_VERSION",

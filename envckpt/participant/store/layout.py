@@ -22,7 +22,10 @@ SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 GYM_DIR = "gym"
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+# A manifest holds seven fields (plus a caller's extras): a few hundred bytes.
+# The caps leave extras room and refuse a hostile file before it is read.
+DEFAULT_MAX_MANIFEST_BYTES = 1024 * 1024
+DEFAULT_MAX_MANIFEST_VALUES = 10_000
 
 STANDARD_FIELDS = frozenset(
     {

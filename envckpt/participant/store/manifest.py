@@ -21,15 +21,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
+from envckpt import checksummed
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import fsync_dir
 from envckpt.ids import validate_checkpoint_id, validate_path_component
 from envckpt.participant.store.layout import (
     DEFAULT_MAX_MANIFEST_BYTES,
+    DEFAULT_MAX_MANIFEST_VALUES,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     SHA256_HEX,
@@ -189,9 +191,11 @@ def _discard_losing_records(directory: Path, manifest: Manifest) -> None:
     # The winner's manifest names its records file; ours is garbage unless it is
     # the very same file (same bytes, same name), which must then stay.
     try:
-        published = json.loads((directory / MANIFEST_NAME).read_bytes())
+        published = _load_manifest_json(
+            directory / MANIFEST_NAME, DEFAULT_MAX_MANIFEST_BYTES, DEFAULT_MAX_MANIFEST_VALUES
+        )
         winner = published["records_file"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return  # cannot tell what the winner uses: touch nothing
     if winner != manifest.records_file:
         (directory / manifest.records_file).unlink(missing_ok=True)
@@ -204,12 +208,15 @@ def read_manifest(
     instance: str,
     checkpoint_id: str | None = None,
     max_bytes: int = DEFAULT_MAX_MANIFEST_BYTES,
+    max_values: int = DEFAULT_MAX_MANIFEST_VALUES,
 ) -> Manifest:
     """Read and validate the manifest of one participant directory.
 
     Checks the schema, kind, instance, checkpoint id (when given), field types
     and that ``records_file`` is the digest name inside the directory. Does not
-    open the records file: ``verify_records`` does.
+    open the records file: ``verify_records`` does. ``ManifestTooLarge`` (a
+    ``CorruptCheckpoint``) for a file over ``max_bytes`` (refused before it is
+    read) or a document of more than ``max_values`` JSON values.
     """
     directory = participant_dir(checkpoint_dir, kind, instance)
     if checkpoint_id is not None:
@@ -217,7 +224,7 @@ def read_manifest(
     path = directory / MANIFEST_NAME
     where = str(path)
 
-    data = _load_manifest_json(path, max_bytes)
+    data = _load_manifest_json(path, max_bytes, max_values)
     schema = data.get("schema_version")
     if type(schema) is not int or schema != SCHEMA_VERSION:
         raise CorruptCheckpoint(
@@ -262,42 +269,39 @@ def read_manifest(
     return manifest
 
 
-def _load_manifest_json(path: Path, max_bytes: int) -> dict[str, Any]:
+def _load_manifest_json(path: Path, max_bytes: int, max_values: int) -> dict[str, Any]:
     where = str(path)
-    try:
-        # O_NOFOLLOW: a symlinked manifest could smuggle in another directory's.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        raise CorruptCheckpoint(
-            "no manifest: unpublished or missing checkpoint", path=where
-        ) from None
-    except OSError as exc:
-        raise CorruptCheckpoint(f"cannot open manifest: {exc}", path=where) from exc
-    with os.fdopen(fd, "rb") as stream:
-        raw = _read_at_most(stream, max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise CorruptCheckpoint(f"manifest larger than {max_bytes} bytes", path=where)
+    # O_NOFOLLOW: a symlinked manifest could smuggle in another directory's.
+    raw = checksummed.read_capped(
+        path,
+        max_bytes=max_bytes,
+        what="manifest",
+        missing="no manifest: unpublished or missing checkpoint",
+    )
     try:
         data = json.loads(raw, parse_constant=reject_json_constant)
+    except RecursionError:
+        raise CorruptCheckpoint("manifest is nested too deeply", path=where) from None
     except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
         raise CorruptCheckpoint(f"manifest is not valid JSON: {exc}", path=where) from exc
     if not isinstance(data, dict):
         raise CorruptCheckpoint("manifest is not a JSON object", path=where)
+    checksummed.check_entries(
+        _json_values(data, max_values), limit=max_values, what="manifest", path=where
+    )
     return data
 
 
-_READ_CHUNK_BYTES = 64 * 1024
-
-
-def _read_at_most(stream: BinaryIO, limit: int) -> bytes:
-    """Up to ``limit`` bytes, in chunks: ``read(limit)`` would allocate ``limit`` bytes
-    at once (64 MiB for a manifest of a few hundred bytes)."""
-    chunks: list[bytes] = []
-    remaining = limit
-    while remaining > 0:
-        chunk = stream.read(min(remaining, _READ_CHUNK_BYTES))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+def _json_values(document: Any, limit: int) -> int:
+    """The JSON values in ``document`` (with every item of its objects and lists), counted
+    only until ``limit`` is passed."""
+    count = 0
+    pending = [document]
+    while pending and count <= limit:
+        value = pending.pop()
+        count += 1
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return count

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import tracemalloc
 from pathlib import Path
@@ -10,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from envckpt.errors import CorruptCheckpoint
+from envckpt.errors import CorruptCheckpoint, ManifestTooLarge
 from envckpt.participant.store import (
+    DEFAULT_MAX_MANIFEST_BYTES,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
@@ -242,7 +244,7 @@ def test_symlinked_manifest_is_corrupt(tmp_path: Path) -> None:
     real = tmp_path / "elsewhere.json"
     path.rename(real)
     path.symlink_to(real)
-    with pytest.raises(CorruptCheckpoint, match="cannot open manifest"):
+    with pytest.raises(CorruptCheckpoint, match="manifest is a symbolic link"):
         read(tmp_path)
 
 
@@ -285,6 +287,51 @@ def test_reading_a_manifest_allocates_about_what_it_reads(tmp_path: Path) -> Non
 def test_a_manifest_over_the_size_limit_is_refused(tmp_path: Path) -> None:
     """The limit holds though the manifest is read in chunks."""
     write(tmp_path, extras={"pad": "x" * 200_000})
-    with pytest.raises(CorruptCheckpoint, match="larger than 100000 bytes"):
+    with pytest.raises(ManifestTooLarge, match="over its cap of 100000 bytes") as caught:
         read_manifest(tmp_path, kind=KIND, instance=INSTANCE, max_bytes=100_000)
+    assert caught.value.limit == 100_000 and caught.value.unit == "bytes"
     assert read_manifest(tmp_path, kind=KIND, instance=INSTANCE, max_bytes=300_000).extras
+
+
+def test_a_huge_manifest_is_refused_by_its_size_before_it_is_read(tmp_path: Path) -> None:
+    """A 4 GiB (sparse) manifest is refused from its size alone: nothing near it is allocated."""
+    write(tmp_path)
+    path = pdir(tmp_path) / MANIFEST_NAME
+    with open(path, "r+b") as stream:
+        stream.truncate(4 << 30)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ManifestTooLarge) as caught:
+            read(tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.found == 4 << 30 and caught.value.limit == DEFAULT_MAX_MANIFEST_BYTES
+    assert peak < 256 * 1024
+
+
+def test_a_manifest_of_too_many_values_is_refused(tmp_path: Path) -> None:
+    """Small in bytes but many JSON values (extras of empty lists) is refused by the value cap."""
+    write(tmp_path, extras={"pad": [[] for _ in range(300)]})
+    with pytest.raises(ManifestTooLarge, match="lists 3") as caught:
+        read_manifest(tmp_path, kind=KIND, instance=INSTANCE, max_values=300)
+    assert caught.value.unit == "entries" and caught.value.limit == 300
+    assert read_manifest(tmp_path, kind=KIND, instance=INSTANCE, max_values=400).extras
+
+
+def test_a_deeply_nested_manifest_is_refused_not_crashed_on(tmp_path: Path) -> None:
+    """Nesting past the parser's recursion limit is CorruptCheckpoint, not RecursionError."""
+    write(tmp_path)
+    (pdir(tmp_path) / MANIFEST_NAME).write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(CorruptCheckpoint, match="nested too deeply"):
+        read(tmp_path)
+
+
+def test_a_fifo_named_manifest_is_refused_without_blocking(tmp_path: Path) -> None:
+    """A FIFO in the manifest's place is not a regular file: refused at once, no reader hangs."""
+    write(tmp_path)
+    path = pdir(tmp_path) / MANIFEST_NAME
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(CorruptCheckpoint, match="not a regular file"):
+        read(tmp_path)
