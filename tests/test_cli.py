@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envckpt.cli import main
-from envckpt.machines import embeds
+from envckpt.statecharts import embeds
 
 
 def test_console_script_points_at_main() -> None:
