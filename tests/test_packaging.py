@@ -174,9 +174,22 @@ def _outside_the_checkout(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def _strict_mypy(script: Path) -> subprocess.CompletedProcess[str]:
+    """``mypy --strict script`` run in the script's directory, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", "cache", script.name],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=script.parent,
+        env=_outside_the_checkout(script.parent),
+    )
+
+
 def test_a_type_checker_outside_the_checkout_sees_the_installed_package(tmp_path: Path) -> None:
     """mypy --strict of a script in a directory outside the checkout finds envckpt as
-    installed (setuptools' strict editable finder is invisible to it: import-not-found)."""
+    installed (setuptools' strict editable finder is invisible to it: import-not-found),
+    and so catches a wrong use of it."""
     script = tmp_path / "user.py"
     script.write_text(
         "from envckpt.ids import mint_checkpoint_id\n"
@@ -184,43 +197,13 @@ def test_a_type_checker_outside_the_checkout_sees_the_installed_package(tmp_path
         "def key(episode: EnvironmentEpisode) -> str:\n"
         "    return episode.capture_key + mint_checkpoint_id('h')\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "user.py",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env=_outside_the_checkout(tmp_path),
-    )
+    done = _strict_mypy(script)
     assert done.returncode == 0, done.stdout + done.stderr
     bad = script.with_name("bad.py")
     bad.write_text(
         "from envckpt.ids import mint_checkpoint_id\n\nnumber: int = mint_checkpoint_id('h')\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "bad.py",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env=_outside_the_checkout(tmp_path),
-    )
+    done = _strict_mypy(bad)
     assert done.returncode == 1 and "Incompatible types in assignment" in done.stdout
 
 

@@ -118,30 +118,20 @@ class BoundMachine(Generic[S]):
             # transitions refuses before it changes anything.
             raise self._illegal(model, trigger) from None
         now = time.monotonic()
-        record = TransitionRecord(
-            machine=self.table.name,
-            instance_id=model.name,
-            trigger=trigger,
-            source=str(source),
-            dest=str(model.state),
-            checkpoint_id=checkpoint_id,
-            elapsed=round(now - model.entered_at, 6),
-        )
+        fields: dict[str, Any] = {
+            "machine": self.table.name,
+            "instance_id": model.name,
+            "trigger": trigger,
+            "source": str(source),
+            "dest": str(model.state),
+            "checkpoint_id": checkpoint_id,
+            "elapsed": round(now - model.entered_at, 6),
+        }
         model.entered_at = now
         emit = _LOG.enabled("info")
-        if emit is not None:  # filtered: the fields are never built
-            emit(
-                "transition",
-                machine=record.machine,
-                instance_id=record.instance_id,
-                trigger=record.trigger,
-                source=record.source,
-                dest=record.dest,
-                checkpoint_id=record.checkpoint_id,
-                elapsed=record.elapsed,
-                **model.log_fields,
-            )
-        return record
+        if emit is not None:  # filtered: the event is never rendered
+            emit("transition", **{**fields, **model.log_fields})
+        return TransitionRecord(**fields)
 
     def step(self, name: str, state: S, trigger: str) -> S:
         """Fire ``trigger`` on a throwaway model in ``state``; return where it lands.

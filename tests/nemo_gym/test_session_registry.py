@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,17 +16,13 @@ from envckpt.nemo_gym.session_registry import (
 )
 
 
-class Sessions:
-    checkpoint_mode = "export_restore"
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-
-    def export_session(self, session_id: str) -> dict[str, Any] | None:
-        return None
-
-    def restore_session(self, session_id: str, state: Mapping[str, Any]) -> None:
-        return None
+def sessions_of(server: Any) -> SessionCheckpoint:
+    """A stateless adapter: holds nothing, restores nothing."""
+    return SimpleNamespace(  # type: ignore[return-value]
+        checkpoint_mode="stateless",
+        export_session=lambda session_id: None,
+        restore_session=lambda session_id, state: None,
+    )
 
 
 class Server:
@@ -44,12 +40,12 @@ def test_a_registered_adapter_is_found_by_its_exact_key(monkeypatch: pytest.Monk
     """What is registered under a key is found under that key only; a later registration wins."""
     monkeypatch.setattr(session_registry, "_ADAPTERS", {})
     assert registered(class_key(Server)) is None
-    register_adapter(class_key(Server), Sessions)
-    assert registered(class_key(Server)) is Sessions
+    register_adapter(class_key(Server), sessions_of)
+    assert registered(class_key(Server)) is sessions_of
     assert registered(class_key(Server.Inner)) is None
 
     def other(server: Any) -> SessionCheckpoint:
-        return Sessions(server)
+        return sessions_of(server)
 
     register_adapter(class_key(Server), other)
     assert registered(class_key(Server)) is other
@@ -58,6 +54,6 @@ def test_a_registered_adapter_is_found_by_its_exact_key(monkeypatch: pytest.Monk
 def test_the_protocol_is_checked_at_run_time() -> None:
     """An object with the mode and both methods is a SessionCheckpoint; one without
     restore_session is not."""
-    assert isinstance(Sessions(None), SessionCheckpoint)
-    half = type("Half", (), {"checkpoint_mode": "stateless", "export_session": lambda s, i: None})
-    assert not isinstance(half(), SessionCheckpoint)
+    assert isinstance(sessions_of(None), SessionCheckpoint)
+    half = SimpleNamespace(checkpoint_mode="stateless", export_session=lambda session_id: None)
+    assert not isinstance(half, SessionCheckpoint)
