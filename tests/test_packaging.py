@@ -15,6 +15,8 @@ import pytest
 
 import envckpt
 
+from helpers.core_only import BLOCK_EXTRAS
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -68,17 +70,6 @@ def test_importing_a_leaf_module_imports_no_heavy_dependency() -> None:
 def test_the_package_ships_its_typing_marker() -> None:
     """py.typed is in the package, so type checkers read envckpt's annotations."""
     assert (Path(envckpt.__file__).parent / "py.typed").is_file()
-
-
-BLOCK_EXTRAS = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"fastapi", "uvicorn", "httpx", "aiohttp", "starlette", "ray"}:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, Block())
-"""
 
 
 def test_a_core_only_install_imports_and_names_the_missing_extra() -> None:
