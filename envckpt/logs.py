@@ -88,6 +88,7 @@ def _stdlib_logger(name: str) -> structlog.stdlib.BoundLogger:
 # configuration it was made under: resolving a logger costs as much as the
 # processors of a transition event, and the configuration rarely changes.
 _RESOLVED: dict[str, tuple[tuple[object, ...], Any]] = {}
+_PARTS = ("processors", "wrapper_class", "logger_factory", "context_class")
 
 
 def _configured(name: str) -> Any:
@@ -101,9 +102,6 @@ def _configured(name: str) -> Any:
     if held is None or any(was is not now for was, now in zip(held[0], parts, strict=True)):
         held = _RESOLVED[name] = (parts, structlog.get_logger(name).bind())
     return held[1]
-
-
-_PARTS = ("processors", "wrapper_class", "logger_factory", "context_class")
 
 
 def _allows(logger: Any, level: str) -> bool:
