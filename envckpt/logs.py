@@ -85,23 +85,34 @@ def _stdlib_logger(name: str) -> structlog.stdlib.BoundLogger:
 
 
 # ``structlog.get_logger(name).bind()`` per name, kept with the parts of structlog's
-# configuration it was made under: resolving a logger costs as much as the
-# processors of a transition event, and the configuration rarely changes.
-_RESOLVED: dict[str, tuple[tuple[object, ...], Any]] = {}
-_PARTS = ("processors", "wrapper_class", "logger_factory", "context_class")
+# configuration it was made under (processors, wrapper class, logger factory,
+# context class): resolving a logger costs as much as the processors of a
+# transition event, and the configuration rarely changes.
+_RESOLVED: dict[str, tuple[object, object, object, object, Any]] = {}
 
 
 def _configured(name: str) -> Any:
     """structlog's logger for ``name`` under its configuration of this call."""
     config = structlog.get_config()
-    # The objects themselves, compared by identity: a program that configures
+    held = _RESOLVED.get(name)
+    # The parts themselves, compared by identity: a program that configures
     # again (another file, another level) is followed at its next event, and
     # capture_logs, which edits the processors list in place, is seen through it.
-    parts = tuple(config[part] for part in _PARTS)
-    held = _RESOLVED.get(name)
-    if held is None or any(was is not now for was, now in zip(held[0], parts, strict=True)):
-        held = _RESOLVED[name] = (parts, structlog.get_logger(name).bind())
-    return held[1]
+    if (
+        held is None
+        or held[0] is not config["processors"]
+        or held[1] is not config["wrapper_class"]
+        or held[2] is not config["logger_factory"]
+        or held[3] is not config["context_class"]
+    ):
+        held = _RESOLVED[name] = (
+            config["processors"],
+            config["wrapper_class"],
+            config["logger_factory"],
+            config["context_class"],
+            structlog.get_logger(name).bind(),
+        )
+    return held[4]
 
 
 def _allows(logger: Any, level: str) -> bool:
