@@ -11,11 +11,15 @@ error that names it.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
 
 from envckpt.extras import MissingExtra
 
+# Not typing's: importing typing costs more than the rest of ``import envckpt``,
+# and type checkers read any TYPE_CHECKING as true.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from envckpt.clock import Clock, FakeClock, SystemClock
     from envckpt.config import CheckpointingConfig, ConfigError, load_config
     from envckpt.coordination.coordinator import Coordinator
