@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The checkout is installed in setuptools' compat editable mode (a path entry):
+# the default strict mode's import hook is invisible to type checkers, and a
+# directory named envckpt in the working directory would shadow it.
+EDITABLE := --config-settings editable_mode=compat
 
 .PHONY: demo test install lint typecheck pytest bench statecharts mermaid clean verify mutation
 
@@ -58,7 +62,7 @@ verify: $(STAMP)
 
 # Mutation testing (minutes to hours on 2 cores): mutmut in a scratch copy.
 mutation: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[mutation]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[mutation]'
 	rm -rf $(BUILD)/mutation && mkdir -p $(BUILD)/mutation
 	git ls-files | tar -cf - -T - | tar -xf - -C $(BUILD)/mutation
 	cd $(BUILD)/mutation && env -u PYTHONPATH ../../$(BIN)/mutmut run --max-children 2 || true
@@ -74,13 +78,13 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[http,ray,dev]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev]'
 	if $(BIN)/python -c 'import sys; sys.exit(0 if sys.version_info < (3, 13, 14) else 1)'; then \
 		$(BIN)/python -m pip install -q --ignore-requires-python --prefer-binary nemo-gym==0.7.0; \
 	else \
 		$(BIN)/python -m pip install -q --prefer-binary nemo-gym==0.7.0; \
 	fi
-	$(BIN)/python -m pip install -q -e '.[http,ray,dev]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev]'
 	touch $(STAMP)
 
 clean:

@@ -9,11 +9,12 @@ each run being ``cycles`` cycles:
 
 * ``on``: INFO, JSON lines to a file in ``workdir`` (a real disk, not
   tmpfs), with envckpt's own recipe as a deployment logs:
-  ``logs.configure(json=True, level="info", path=...)`` opens the file
-  unbuffered for appending, and the run passes the same kind of file as
+  ``logs.configure(json=True, level="info", path=...)`` opens the file for
+  appending (binary), and the run passes the same kind of file as
   ``stream=`` so it can close it afterwards (``path=`` keeps its file open
-  for the process). Every event goes through the configured processors and
-  is written to the OS, one system call, before the call returns;
+  for the process). Every event goes through structlog's configured
+  processors (orjson renders the line) and is flushed to the OS before the
+  call returns;
 * ``off``: structlog filtered at WARNING, how logging is turned off;
 * ``absent``: the binding's logger replaced by one whose methods do nothing
   (no structlog at all), to show what a filtered call still costs.
@@ -75,9 +76,9 @@ def _nothing(*args: Any, **kwargs: Any) -> None:
 @contextmanager
 def _logging(variant: str, log_path: Path) -> Iterator[None]:
     saved_config, saved_logger = structlog.get_config(), binding._LOG
-    # Unbuffered, appending: the file ``logs.configure(path=...)`` opens, closed
+    # Appending, binary: the file ``logs.configure(path=...)`` opens, closed
     # after the run rather than kept for the process.
-    with open(log_path, "ab", buffering=0) as sink:
+    with open(log_path, "ab") as sink:
         if variant in ("on", "events"):
             logs.configure(json=True, level="info", stream=sink)
         else:

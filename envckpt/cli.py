@@ -23,18 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.extras import EXTRAS, MissingExtra, missing_extra
-from envckpt.machines import embeds
-from envckpt.machines.charts import mermaid
-from envckpt.machines.overlay import (
+from envckpt.machines.tables import ALL_TABLES
+from envckpt.statecharts import embeds
+from envckpt.statecharts.charts import mermaid
+from envckpt.statecharts.overlay import (
     NoTransitions,
     coverage,
     load_coverage,
     load_records,
     overlay,
 )
-from envckpt.machines.renderer import RendererMissing, RenderFailed, render_svgs
-from envckpt.machines.svg_layout import read_svg
-from envckpt.machines.tables import ALL_TABLES
+from envckpt.statecharts.renderer import RendererMissing, RenderFailed, render_svgs
+from envckpt.statecharts.svg_layout import read_svg
 
 
 def build_parser() -> argparse.ArgumentParser:

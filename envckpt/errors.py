@@ -15,7 +15,8 @@
 * ``CoordinationError``: one control operation failed on some participants;
   ``failures`` maps server name to text.
 * ``ParticipantError``: a participant refused a call with a protocol error
-  code (the server-side error, also what the client parses replies into).
+  code (the server-side error, also what a client turns an error reply back
+  into: ``error_from_reply``).
 
 Every class survives ``pickle`` with all its fields, because Ray turns an
 unpicklable exception into an untyped ``UnserializableException``.
@@ -27,6 +28,7 @@ failed restore) and the exit codes they map to are in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -230,6 +232,30 @@ class ParticipantError(EnvckptError):
     def to_wire(self) -> dict[str, Any]:
         """The protocol's error envelope."""
         return error_envelope(self.code, self.detail)
+
+
+# protocol.md: an error reply without the envelope is reported with this much of its body.
+REPLY_EXCERPT_BYTES = 200
+
+
+def error_from_reply(status: int, text: str) -> ParticipantError:
+    """The ``ParticipantError`` an error reply stands for (protocol.md sections 3 and 7).
+
+    The envelope's code and detail when the reply is the protocol's envelope
+    with a known code; otherwise ``checkpoint_error`` with ``HTTP <status>``
+    and the first 200 bytes of the reply (a body nested too deeply to decode
+    included).
+    """
+    try:
+        error = json.loads(text)["error"]
+        code, detail = error["code"], error["detail"]
+    except (ValueError, TypeError, KeyError, RecursionError):
+        pass
+    else:
+        if isinstance(code, str) and code in ERROR_STATUS and isinstance(detail, str):
+            return ParticipantError(code, detail)
+    excerpt = text.encode("utf-8", "replace")[:REPLY_EXCERPT_BYTES].decode("utf-8", "replace")
+    return ParticipantError("checkpoint_error", f"HTTP {status} {excerpt}")
 
 
 ALL_ERRORS: tuple[type[EnvckptError], ...] = (

@@ -1,28 +1,27 @@
 """envckpt's structured events, silent inside a host program until the host asks.
 
 The library never configures output. Every module logs through
-``get_logger(name)``, which resolves at each call:
+``get_logger(name)``, whose logger decides at each call where an event goes:
 
 * structlog configured (by the host, by ``configure`` below, or by a test's
-  ``structlog.testing.capture_logs``): the event goes through structlog's
-  configuration, fields and all;
-* structlog not configured: the event goes to the stdlib logger ``name``
+  ``structlog.testing.capture_logs``): ``structlog.get_logger(name)``, so the
+  event goes through the host's processors, wrapper class and output;
+* structlog not configured: structlog's standard-library wrapper
+  (``structlog.stdlib.BoundLogger``) around the stdlib logger ``name``
   (under ``envckpt``, which has a ``NullHandler``), rendered as
   ``event key=value ...`` with the fields also in ``record.envckpt``. Nothing
   is printed unless the host configures stdlib logging, and a level the host
-  filters out costs one ``isEnabledFor`` check.
+  filters out is dropped by ``structlog.stdlib.filter_by_level`` first.
 
-Each logger keeps the structlog logger it resolved, and what ``enabled``
-answered for each level, until structlog's configuration changes (another
-wrapper class, logger factory, context class or processors list object;
-checked by identity on structlog's configuration object at every call), so
-an event costs what its processors cost; ``enabled`` gives None for a level
-the logger filters, so a caller can skip building fields no one will see.
+``enabled(level)`` gives the logging method, or None for a level the logger
+filters, so a caller can skip building fields no one will see.
 
-``configure`` is the one-line recipe for a program that wants envckpt's
-events (the demo and the servers it starts use it); JSON lines are rendered
-by orjson, to bytes written in one system call each when the file is
-binary (as ``path=`` opens it)::
+``configure`` is structlog's documented recipe in one call, for a program that
+wants envckpt's events (the demo and the servers it starts use it): context
+variables, level and timestamp (seconds since the epoch in JSON, ISO on the
+console), then ``JSONRenderer`` with orjson (tracebacks as text), or
+``ConsoleRenderer``. Every line is flushed to the OS before the log call
+returns, so a killed process loses no line it logged::
 
     from envckpt import logs
     logs.configure(json=True, level="INFO", path="run/events.jsonl")
@@ -32,264 +31,170 @@ binary (as ``path=`` opens it)::
 
 from __future__ import annotations
 
+import functools
 import io
+import json as stdlib_json
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import IO, Any, TextIO, cast
+from typing import IO, Any, BinaryIO, TextIO, cast
 
+import orjson
 import structlog
-
-from envckpt.log_lines import JSON_PIPELINE, LineWriter, json_line, json_records, orjson_text
 
 ROOT = "envckpt"
 # The library's stdlib loggers stay silent unless the host adds handlers.
 logging.getLogger(ROOT).addHandler(logging.NullHandler())
 
-
-class _ConfigView:
-    """structlog's configuration read through ``get_config()``, with the attribute
-    names of its configuration object: for a structlog without that object."""
-
-    @property
-    def is_configured(self) -> bool:
-        return structlog.is_configured()
-
-    def __getattr__(self, name: str) -> Any:
-        return structlog.get_config()[name.removeprefix("default_")]
-
-
-# structlog's configuration object, read at every event where ``get_config()``
-# would build a dict each time (configure() assigns its attributes in place);
-# a structlog that no longer has it is read through get_config().
-_STRUCTLOG: Any = getattr(getattr(structlog, "_config", None), "_CONFIG", None) or _ConfigView()
-
-_LEVELS = {
+LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warning": logging.WARNING,
     "error": logging.ERROR,
     "critical": logging.CRITICAL,
 }
-# structlog's filtering wrapper classes (one per level, made once and cached
-# by structlog): their methods are known, so an event may skip a step of them.
-_FILTERING = frozenset(
-    structlog.make_filtering_bound_logger(level) for level in (logging.NOTSET, *_LEVELS.values())
-)
 
 
-# An emitter taking an event's fields as one dict, which it may fill in.
-_Record = Callable[[str, dict[str, Any]], None]
+def _stdlib_call(
+    logger: Any, method: str, event_dict: MutableMapping[str, Any]
+) -> tuple[tuple[str], dict[str, Any]]:
+    """The last processor of the unconfigured path: the stdlib logger's arguments.
+
+    The message reads ``event key=value ...``; the fields ride along whole in
+    ``record.envckpt`` (one attribute, so no field can clash with a
+    ``LogRecord`` attribute of the same name).
+    """
+    exc_info = event_dict.pop("exc_info", False)
+    fields = dict(event_dict)
+    event = str(fields.get("event", ""))
+    text = " ".join(
+        [event, *(f"{key}={value!r}" for key, value in fields.items() if key != "event")]
+    )
+    return (text,), {"exc_info": exc_info, "extra": {ROOT: fields}}
 
 
-class _Resolved:
-    """The structlog logger made under one configuration, and its emitter per level."""
-
-    __slots__ = (
-        "context_class",
-        "emitters",
-        "factory",
-        "logger",
-        "processors",
-        "records",
-        "wrapper",
+@functools.cache
+def _stdlib_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """structlog's stdlib wrapper around the stdlib logger ``name``, for an unconfigured host."""
+    return structlog.stdlib.BoundLogger(
+        logging.getLogger(name),
+        processors=[structlog.stdlib.filter_by_level, _stdlib_call],
+        context={},
     )
 
-    def __init__(self, config: Any, logger: Any) -> None:
-        # The parts themselves, not their ids: a list freed and another made at
-        # the same address must not pass for the old one.
-        self.processors = config.default_processors
-        self.wrapper = config.default_wrapper_class
-        self.factory = config.logger_factory
-        self.context_class = config.default_context_class
-        self.logger = logger
-        self.emitters: dict[str, Callable[..., None] | None] = {}
-        self.records: dict[str, _Record | None] = {}
 
-    def holds(self, config: Any) -> bool:
-        """Whether structlog is still configured as when this logger was made."""
-        # The processors list is the same object when capture_logs swaps its
-        # contents, and bound loggers see those in place.
-        return (
-            self.processors is config.default_processors
-            and self.wrapper is config.default_wrapper_class
-            and self.factory is config.logger_factory
-            and self.context_class is config.default_context_class
+# ``structlog.get_logger(name).bind()`` per name, kept with the parts of structlog's
+# configuration it was made under (processors, wrapper class, logger factory,
+# context class): resolving a logger costs as much as the processors of a
+# transition event, and the configuration rarely changes.
+_RESOLVED: dict[str, tuple[object, object, object, object, Any]] = {}
+
+
+def _configured(name: str) -> Any:
+    """structlog's logger for ``name`` under its configuration of this call."""
+    config = structlog.get_config()
+    held = _RESOLVED.get(name)
+    # The parts themselves, compared by identity: a program that configures
+    # again (another file, another level) is followed at its next event, and
+    # capture_logs, which edits the processors list in place, is seen through it.
+    if (
+        held is None
+        or held[0] is not config["processors"]
+        or held[1] is not config["wrapper_class"]
+        or held[2] is not config["logger_factory"]
+        or held[3] is not config["context_class"]
+    ):
+        held = _RESOLVED[name] = (
+            config["processors"],
+            config["wrapper_class"],
+            config["logger_factory"],
+            config["context_class"],
+            structlog.get_logger(name).bind(),
         )
-
-    def allows(self, level: str) -> bool:
-        """Whether the logger's level lets an event at ``level`` through."""
-        # Asked of the class: the generic BoundLogger makes any attribute a
-        # logging method, and "calling" is_enabled_for there would log it.
-        check = getattr(type(self.logger), "is_enabled_for", None)
-        # A wrapper class that cannot say (not a filtering one) decides per call.
-        return True if check is None else bool(check(self.logger, _LEVELS[level]))
-
-    def emitter(self, level: str) -> Callable[..., None] | None:
-        """What logs an event at ``level``, or None when the logger's level filters it.
-
-        Kept for the next call only under structlog's filtering wrapper classes,
-        whose level is fixed; another (stdlib's BoundLogger) may follow a level
-        the host changes at any time, so it is asked again at every call.
-        """
-        return self._resolve(level)[0]
-
-    def record_emitter(self, level: str) -> Callable[[str, dict[str, Any]], None] | None:
-        """``emitter(level)`` taking the fields as one dict (``emit(event, fields)``), kept
-        as ``emitter`` keeps its answer."""
-        return self._resolve(level)[1]
-
-    def _resolve(self, level: str) -> tuple[Callable[..., None] | None, _Record | None]:
-        """Both emitters of ``level``, made once and kept together under a filtering logger."""
-        filtering = type(self.logger) in _FILTERING
-        pair: tuple[Callable[..., None] | None, _Record | None]
-        if not self.allows(level):
-            pair = (None, None)
-        elif not filtering:
-            method = getattr(self.logger, level)
-            pair = (method, _spread(method))
-        else:
-            general = _processing(self.logger, level)
-            record = json_records(self.logger, level, general)
-            pair = (general, _spread(general)) if record is None else (_json_lines(record), record)
-        if filtering:
-            self.emitters[level], self.records[level] = pair
-        return pair
+    return held[4]
 
 
-def _spread(emit: Callable[..., None]) -> _Record:
-    """``emit(event, **fields)`` called as ``record(event, fields)``."""
-
-    def record(event: str, fields: dict[str, Any]) -> None:
-        emit(event, **fields)
-
-    return record
-
-
-def _processing(logger: Any, level: str) -> Callable[..., None]:
-    """``logger.<level>`` of a structlog filtering logger, one step shorter.
-
-    Its method calls ``_proxy_to_logger(level, event, **fields)``, which runs
-    ``_process_event`` (context, fields, the configured processors) and hands
-    the result to the wrapped logger's method, an event dropped by a processor
-    (``DropEvent``) going nowhere. So does this, without re-packing the fields
-    twice on the way (``_process_event`` is structlog's hook for wrapper classes).
-    """
-    process = logger._process_event
-    write = getattr(logger._logger, level)
-
-    def emit(event: str, **fields: Any) -> None:
-        try:
-            args, kwargs = process(level, event, fields)
-        except structlog.DropEvent:
-            return
-        write(*args, **kwargs)
-
-    return emit
-
-
-def _json_lines(record: _Record) -> Callable[..., None]:
-    """``log_lines.json_records``'s emitter ``record`` called as ``emit(event, **fields)``."""
-
-    def emit(event: str, **fields: Any) -> None:
-        record(event, fields)
-
-    return emit
+def _allows(logger: Any, level: str) -> bool:
+    """Whether ``logger`` lets an event at ``level`` through."""
+    # Asked of the class: structlog's generic BoundLogger makes any attribute a
+    # logging method, and "calling" is_enabled_for there would log it. A
+    # wrapper class that cannot say decides at the call.
+    check = getattr(type(logger), "is_enabled_for", None)
+    return True if check is None else bool(check(logger, LEVELS[level]))
 
 
 class EnvckptLogger:
     """A logger that decides at each call whether structlog or stdlib carries it."""
 
-    __slots__ = ("_context", "_name", "_resolved", "_stdlib")
+    __slots__ = ("context", "name")
 
     def __init__(self, name: str, context: dict[str, Any] | None = None) -> None:
-        self._name = name
-        self._context = context or {}
-        self._stdlib = logging.getLogger(name)
-        self._resolved: _Resolved | None = None
+        self.name = name
+        self.context = context or {}
 
     def bind(self, **fields: Any) -> EnvckptLogger:
         """A logger whose every event carries ``fields`` too."""
-        return EnvckptLogger(self._name, {**self._context, **fields})
+        return EnvckptLogger(self.name, {**self.context, **fields})
+
+    def structlog_logger(self) -> Any:
+        """The structlog logger that carries an event logged now, with this logger's context."""
+        logger = _configured(self.name) if structlog.is_configured() else _stdlib_logger(self.name)
+        return logger.bind(**self.context) if self.context else logger
 
     def is_enabled_for(self, level: str) -> bool:
         """Whether an event at ``level`` would go anywhere (skip building costly fields)."""
-        if _STRUCTLOG.is_configured:
-            return self._structlog().allows(level)
-        return self._stdlib.isEnabledFor(_LEVELS[level])
+        return _allows(self.structlog_logger(), level)
 
-    def enabled(self, level: str) -> Callable[..., None] | None:
+    def enabled(self, level: str) -> Callable[..., Any] | None:
         """What logs an event at ``level`` (``emit(event, **fields)``), or None when it
-        would go nowhere: the check and the call resolve the logger once, and the
-        answer is kept until structlog's configuration changes."""
-        if not _STRUCTLOG.is_configured or self._context:
-            return getattr(self, level) if self.is_enabled_for(level) else None
-        resolved = self._structlog()
-        try:
-            return resolved.emitters[level]
-        except KeyError:
-            return resolved.emitter(level)
-
-    def enabled_fields(self, level: str) -> _Record | None:
-        """``enabled(level)`` for a caller that has an event's fields as one dict already:
-        ``emit(event, fields)``, which may add to ``fields`` (pass a dict of its own).
-
-        The machines log each transition this way: spreading a dict into keyword
-        arguments only for the emitter to gather them again costs as much as
-        rendering the line.
-        """
-        if not _STRUCTLOG.is_configured or self._context:
-            emit = self.enabled(level)
-            return None if emit is None else _spread(emit)
-        resolved = self._structlog()
-        try:
-            return resolved.records[level]
-        except KeyError:
-            return resolved.record_emitter(level)
-
-    def _structlog(self) -> _Resolved:
-        """The structlog logger for this name under the current configuration."""
-        resolved = self._resolved
-        if resolved is None or not resolved.holds(_STRUCTLOG):
-            resolved = self._resolved = _Resolved(
-                _STRUCTLOG, structlog.get_logger(self._name).bind()
-            )
-        return resolved
+        would go nowhere: the check and the call resolve the logger once."""
+        logger = self.structlog_logger()
+        return getattr(logger, level) if _allows(logger, level) else None
 
     def debug(self, event: str, **fields: Any) -> None:
-        self._emit("debug", event, fields)
+        self.structlog_logger().debug(event, **fields)
 
     def info(self, event: str, **fields: Any) -> None:
-        self._emit("info", event, fields)
+        self.structlog_logger().info(event, **fields)
 
     def warning(self, event: str, **fields: Any) -> None:
-        self._emit("warning", event, fields)
+        self.structlog_logger().warning(event, **fields)
 
     def error(self, event: str, **fields: Any) -> None:
-        self._emit("error", event, fields)
+        self.structlog_logger().error(event, **fields)
 
     def exception(self, event: str, **fields: Any) -> None:
-        self._emit("error", event, {**fields, "exc_info": True})
-
-    def _emit(self, level: str, event: str, fields: dict[str, Any]) -> None:
-        if _STRUCTLOG.is_configured:
-            getattr(self._structlog().logger, level)(event, **self._context, **fields)
-            return
-        numeric = _LEVELS[level]
-        if not self._stdlib.isEnabledFor(numeric):
-            return
-        exc_info = fields.pop("exc_info", False)
-        merged = {**self._context, **fields}
-        text = " ".join([event, *(f"{key}={value!r}" for key, value in merged.items())])
-        self._stdlib.log(
-            numeric, text, exc_info=exc_info, extra={"envckpt": {"event": event, **merged}}
-        )
+        self.structlog_logger().error(event, **{"exc_info": True, **fields})
 
 
 def get_logger(name: str = ROOT) -> EnvckptLogger:
     """The logger for ``name`` (a dotted name under ``envckpt``)."""
     return EnvckptLogger(name)
+
+
+def orjson_bytes(event: Any, **options: Any) -> bytes:
+    """``JSONRenderer``'s serializer for a binary file: orjson, non-string keys as strings.
+
+    What orjson refuses even so (integers beyond 64 bits) the standard
+    library writes.
+    """
+    default = options.get("default")
+    try:
+        # String keys, the usual event: orjson's check of other keys is a
+        # third of its time.
+        return orjson.dumps(event, default=default)
+    except TypeError:
+        pass
+    try:
+        return orjson.dumps(event, default=default, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return stdlib_json.dumps(event, default=default).encode()
+
+
+def orjson_text(event: Any, **options: Any) -> str:
+    """``orjson_bytes`` as text, for a text stream."""
+    return orjson_bytes(event, **options).decode()
 
 
 def configure(
@@ -305,33 +210,45 @@ def configure(
     otherwise ``stream`` (default stderr), text or binary. For programs, never
     for libraries: it configures structlog for the whole process.
 
-    Every event reaches the OS before the call returns (a killed process
-    loses no line it logged). JSON lines to a binary file (``path`` opens one,
-    unbuffered) are rendered to bytes and written in one system call each.
+    Every event reaches the OS before the call returns (structlog's loggers
+    flush after each line): a killed process loses no line it logged.
     """
-    if level.lower() not in _LEVELS:
-        raise ValueError(f"unknown level {level!r}; one of {sorted(_LEVELS)}")
-    if json and path is not None:
-        stream = Path(path).open("ab", buffering=0)  # noqa: SIM115 - lives as long as the process
-    elif path is not None:
-        stream = Path(path).open("a", buffering=1)  # noqa: SIM115 - as above
+    if level.lower() not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; one of {sorted(LEVELS)}")
+    if path is not None:
+        # Lives as long as the process.
+        stream = Path(path).open("ab" if json else "a")  # noqa: SIM115
     output = stream or sys.stderr
-    renderer: Any
+    binary = isinstance(output, io.RawIOBase | io.BufferedIOBase)
     factory: Any
-    if json and isinstance(output, io.RawIOBase | io.BufferedIOBase):
-        renderer, factory = json_line, LineWriter(cast("IO[bytes]", output)).factory
+    if binary:
+        factory = structlog.BytesLoggerFactory(file=cast("BinaryIO", output))
     else:
-        renderer = (
-            structlog.processors.JSONRenderer(serializer=orjson_text, default=str)
-            if json
-            else structlog.dev.ConsoleRenderer(colors=False)
-        )
         factory = structlog.WriteLoggerFactory(file=cast("TextIO", output))
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+    ]
+    if json:
+        processors += [
+            # Seconds since the epoch: formatting an ISO date would cost more
+            # than the rest of a transition's line.
+            structlog.processors.TimeStamper(fmt=None),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(
+                serializer=orjson_bytes if binary else orjson_text, default=str
+            ),
+        ]
+    else:
+        processors += [
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.dev.ConsoleRenderer(colors=False),
+        ]
     structlog.configure(
-        # A list of its own (capture_logs edits the configured list in place):
-        # JSON_PIPELINE's steps, with this output's renderer last.
-        processors=[*JSON_PIPELINE[:-1], renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level.lower()]),
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level.lower()]),
         logger_factory=factory,
+        # Each call resolves the configuration of the moment: a program may
+        # configure again (another file, another level) and is followed.
         cache_logger_on_first_use=False,
     )

@@ -1,6 +1,7 @@
 """The layering and shape rules of docs/engine.md, checked on the source itself.
 
 * Nothing imports from a layer above it (function-level imports included).
+* No import cycle between envckpt modules (function-level imports included).
 * Product code never imports the simulated Gym or the demo.
 * No module is over 450 lines.
 * Outside ``envckpt/machines/``, code names states by their enum values: no
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,7 @@ MAX_MODULE_LINES = 450
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
-        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "log_lines", "extras"),
+        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "extras"),
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),
@@ -40,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deployments", ("sim", "nemo_gym")),
     (
         "applications",
-        ("demo", "cli", "__main__", "__init__", "config", "snapshots"),
+        ("demo", "cli", "__main__", "__init__", "config", "snapshots", "statecharts"),
     ),
 )
 PRODUCT_MAY_NOT_IMPORT = ("sim", "demo")
@@ -55,9 +57,9 @@ def layer_of(module: str) -> int:
     raise AssertionError(f"envckpt.{module} is in no layer: add it to LAYERS and docs/engine.md")
 
 
-def modules() -> Iterator[tuple[str, Path]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE).with_suffix("")
+def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path]]:
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).with_suffix("")
         parts = relative.parts
         if parts[-1] == "__init__" and len(parts) > 1:
             parts = parts[:-1]
@@ -88,6 +90,101 @@ def imported(path: Path, module: str) -> Iterator[tuple[int, str]]:
 ALL_MODULES = list(modules())
 
 
+def _nearest_module(dotted: str, known: set[str]) -> str:
+    """``dotted`` if it is a module, else the nearest enclosing one (the package itself:
+    ``__init__``)."""
+    while dotted and dotted not in known:
+        dotted = dotted.rpartition(".")[0]
+    return dotted or "__init__"
+
+
+def imported_modules(path: Path, module: str, known: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, envckpt module) for every import in ``path``; ``from pkg import name`` is
+    the submodule ``pkg.name`` when there is one, else ``pkg`` itself."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    from_lines = {
+        node.lineno: node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and not node.level
+    }
+    for line, target in imported(path, module):
+        node = from_lines.get(line)
+        if node is None or node.module not in ("envckpt", f"envckpt.{target}"):
+            yield line, _nearest_module(target, known)
+            continue
+        base = "" if node.module == "envckpt" else target
+        for alias in node.names:
+            submodule = f"{base}.{alias.name}" if base else alias.name
+            yield line, submodule if submodule in known else _nearest_module(base, known)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """module -> {imported module: first line} over every envckpt module in ``package``."""
+    found = list(modules(package))
+    known = {name for name, _ in found}
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in found:
+        edges = graph.setdefault(module, {})
+        for line, target in imported_modules(path, module, known):
+            if target != module:
+                edges.setdefault(target, line)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) per group of modules that import each other, found
+    as the strongly connected components of ``graph`` (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(_cycle_through(graph, component) for component in components)
+
+
+def _cycle_through(graph: dict[str, dict[str, int]], component: set[str]) -> list[str]:
+    """A shortest cycle from the component's first module back to it, inside the component."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph.get(node, ())):
+                if target == start:
+                    return [*paths[node], start]
+                if target in component and target not in paths:
+                    paths[target] = [*paths[node], target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle through {sorted(component)}")
+
+
 @pytest.mark.parametrize(("module", "path"), ALL_MODULES, ids=[m for m, _ in ALL_MODULES])
 def test_no_module_imports_from_a_layer_above_it(module: str, path: Path) -> None:
     """Every envckpt import points to the module's own layer or below."""
@@ -98,6 +195,53 @@ def test_no_module_imports_from_a_layer_above_it(module: str, path: Path) -> Non
         if layer_of(target) > own
     ]
     assert not upward, f"envckpt.{module} ({LAYERS[own][0]}) imports upwards: {upward}"
+
+
+def test_no_import_cycle_between_envckpt_modules() -> None:
+    """No module imports, directly or through others, a module that imports it back."""
+    graph = import_graph()
+    described = [
+        f"envckpt.{cycle[0]}"
+        + "".join(
+            f" -(line {graph[module][target]})-> envckpt.{target}"
+            for module, target in itertools.pairwise(cycle)
+        )
+        for cycle in import_cycles(graph)
+    ]
+    assert not described, "import cycles:\n" + "\n".join(described)
+
+
+def test_the_cycle_check_finds_a_planted_cycle() -> None:
+    """The checker is not vacuous: a cycle a -> b -> c -> a is reported once, beside an
+    acyclic part, and a graph without one reports nothing."""
+    planted = {
+        "a": {"b": 1},
+        "b": {"c": 1, "d": 2},
+        "c": {"a": 1},
+        "d": {"e": 1},
+        "e": {},
+        "f": {"f.g": 1},
+        "f.g": {"f": 2},
+    }
+    assert import_cycles(planted) == [["a", "b", "c", "a"], ["f", "f.g", "f"]]
+    del planted["c"]["a"], planted["f.g"]["f"]
+    assert import_cycles(planted) == []
+
+
+def test_the_import_graph_sees_a_function_level_import_cycle(tmp_path: Path) -> None:
+    """Two modules of a package importing each other, one inside a function and one as
+    ``from package import module``, are one cycle in the graph built from their source."""
+    package = tmp_path / "envckpt"
+    (package / "nemo").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nemo" / "__init__.py").write_text("")
+    (package / "nemo" / "one.py").write_text("from envckpt.nemo.two import helper\n")
+    (package / "nemo" / "two.py").write_text(
+        "def helper():\n    from envckpt.nemo import one\n    return one\n"
+    )
+    graph = import_graph(package)
+    assert graph["nemo.one"] == {"nemo.two": 1} and graph["nemo.two"] == {"nemo.one": 2}
+    assert import_cycles(graph) == [["nemo.one", "nemo.two", "nemo.one"]]
 
 
 @pytest.mark.parametrize(("module", "path"), ALL_MODULES, ids=[m for m, _ in ALL_MODULES])

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from envckpt.cli import main
-from envckpt.machines import embeds
+from envckpt.statecharts import embeds
+
+from helpers.core_only import BLOCK_EXTRAS
 
 
 def test_console_script_points_at_main() -> None:
@@ -275,24 +277,20 @@ def test_overlay_with_render_writes_the_overlay_svg(
     assert [path.name for path in out.iterdir()] == ["snapshot_session.overlay.svg"]
 
 
-BLOCK_EXTRAS = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {"fastapi", "uvicorn", "httpx", "aiohttp", "starlette", "ray"}:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-sys.meta_path.insert(0, Block())
+RUN_CLI_CORE_ONLY = (
+    BLOCK_EXTRAS
+    + """
 import runpy
 sys.argv = ["envckpt", *sys.argv[1:]]
 runpy.run_module("envckpt", run_name="__main__")
 """
+)
 
 
 def core_only(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """``envckpt ARGS`` in a process where the optional extras cannot be imported."""
     return subprocess.run(
-        [sys.executable, "-c", BLOCK_EXTRAS, *args],
+        [sys.executable, "-c", RUN_CLI_CORE_ONLY, *args],
         capture_output=True,
         text=True,
         timeout=120,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -20,6 +21,7 @@ from envckpt.errors import (
     ProtocolViolation,
     SnapshotNotReady,
     UnsupportedDeployment,
+    error_from_reply,
 )
 from envckpt.protocol import ERROR_STATUS
 
@@ -109,3 +111,37 @@ def test_codes_must_belong_to_failing_servers() -> None:
     """A code for a server that did not fail is a caller bug."""
     with pytest.raises(ValueError, match="did not fail"):
         CoordinationError("commit", {"a": "x"}, {"b": "invalid_phase"})
+
+
+def test_error_from_reply_reads_envelopes_and_bounds_other_text() -> None:
+    """Known codes are kept; unknown codes, other shapes and long bodies fall back to
+    checkpoint_error with the status and a bounded excerpt."""
+    envelope = json.dumps({"error": {"code": "stale_attempt", "detail": "old"}})
+    assert (error_from_reply(409, envelope).code, error_from_reply(409, envelope).detail) == (
+        "stale_attempt",
+        "old",
+    )
+    for other in (
+        json.dumps({"error": {"code": "weird", "detail": "x"}}),
+        json.dumps({"error": {"code": "stale_attempt", "detail": 7}}),
+        json.dumps({"detail": [{"msg": "bad"}]}),
+        json.dumps(["error"]),
+        json.dumps({"error": "stale_attempt"}),
+        "not json",
+    ):
+        fallback = error_from_reply(409, other)
+        assert fallback.code == "checkpoint_error" and fallback.detail == f"HTTP 409 {other}"
+    long = error_from_reply(500, "x" * 1000)
+    assert long.detail == "HTTP 500 " + "x" * 200
+    assert error_from_reply(500, "é" * 150).detail == "HTTP 500 " + "é" * 100
+
+
+def test_a_reply_nested_too_deeply_to_decode_is_a_checkpoint_error() -> None:
+    """A reply nested deeper than the decoder's recursion limit is checkpoint_error with
+    an excerpt, not a bare RecursionError (the decoder alone raises one on it)."""
+    deep = '{"error":' * 100_000 + "1" + "}" * 100_000
+    with pytest.raises(RecursionError):
+        json.loads(deep)
+    error = error_from_reply(502, deep)
+    assert error.code == "checkpoint_error"
+    assert error.detail == "HTTP 502 " + deep[:200]

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
+import logging
 import signal
 import subprocess
 import sys
-from collections import OrderedDict
-from datetime import UTC, datetime
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import structlog
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from envckpt import log_lines, logs
+from envckpt import logs
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -27,6 +26,32 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
+
+
+class _Records(logging.Handler):
+    """The stdlib records a logger hands its handlers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def unconfigured_stdlib(restored_structlog: None) -> Iterator[tuple[logging.Logger, _Records]]:
+    """structlog unconfigured; the stdlib logger ``envckpt.tests.stdlib`` at INFO, recorded."""
+    structlog.reset_defaults()
+    stdlib = logging.getLogger("envckpt.tests.stdlib")
+    handler, saved = _Records(), stdlib.level
+    stdlib.addHandler(handler)
+    stdlib.setLevel(logging.INFO)
+    try:
+        yield stdlib, handler
+    finally:
+        stdlib.removeHandler(handler)
+        stdlib.setLevel(saved)
 
 
 def test_an_unconfigured_host_sees_nothing() -> None:
@@ -37,6 +62,7 @@ def test_an_unconfigured_host_sees_nothing() -> None:
         "log.info('transition', machine='m')\n"
         "log.warning('lease expired; resuming', server='s')\n"
         "log.error('boom')\n"
+        "import structlog; assert not structlog.is_configured()\n"
     )
     assert done.stdout == "" and done.stderr == ""
 
@@ -55,11 +81,49 @@ def test_a_host_that_configures_stdlib_logging_gets_the_events() -> None:
     assert done.stderr.strip() == "envckpt.facade|transition checkpoint_id='c1' machine='m'"
 
 
-def test_filtered_levels_are_not_rendered() -> None:
-    """is_enabled_for tells a caller it may skip building the event."""
-    log = logs.get_logger("envckpt.tests.filtered")
-    if not structlog.is_configured():
-        assert not log.is_enabled_for("debug")
+def test_unconfigured_events_carry_their_fields_in_the_stdlib_record(
+    unconfigured_stdlib: tuple[logging.Logger, _Records],
+) -> None:
+    """The record's message reads ``event key=value``, its ``envckpt`` attribute holds the
+    fields whole (a field named like a LogRecord attribute too), and an exception's
+    traceback rides as the record's exc_info."""
+    _, handler = unconfigured_stdlib
+    log = logs.get_logger("envckpt.tests.stdlib").bind(server="policy")
+    log.info("transition", machine="m", name="not the logger's")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed", route="prepare")
+    info, failed = handler.records
+    assert info.getMessage() == "transition server='policy' machine='m' name=\"not the logger's\""
+    assert (info.levelno, info.name) == (logging.INFO, "envckpt.tests.stdlib")
+    assert info.envckpt == {  # type: ignore[attr-defined]
+        "server": "policy",
+        "machine": "m",
+        "name": "not the logger's",
+        "event": "transition",
+    }
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
+    assert failed.exc_info[0] is ValueError
+    assert failed.envckpt == {"server": "policy", "route": "prepare", "event": "failed"}  # type: ignore[attr-defined]
+
+
+def test_unconfigured_levels_follow_the_stdlib_logger(
+    unconfigured_stdlib: tuple[logging.Logger, _Records],
+) -> None:
+    """Below the stdlib logger's level nothing is recorded and nothing is enabled; the
+    level is read at every call, as the host changes it."""
+    stdlib, handler = unconfigured_stdlib
+    log = logs.get_logger("envckpt.tests.stdlib")
+    log.debug("hidden")
+    assert handler.records == []
+    assert not log.is_enabled_for("debug") and log.enabled("debug") is None
+    assert log.is_enabled_for("info")
+    stdlib.setLevel(logging.DEBUG)
+    emit = log.enabled("debug")
+    assert emit is not None
+    emit("shown", a=1)
+    assert [record.getMessage() for record in handler.records] == ["shown a=1"]
 
 
 def test_configure_writes_json_lines_with_a_timestamp(tmp_path: Path) -> None:
@@ -75,17 +139,15 @@ def test_configure_writes_json_lines_with_a_timestamp(tmp_path: Path) -> None:
     [line] = path.read_text().splitlines()
     event = json.loads(line)
     assert event["event"] == "transition" and event["machine"] == "m"
-    assert event["level"] == "info" and isinstance(event["ts"], float)
+    assert event["level"] == "info"
+    assert isinstance(event["timestamp"], float)
+    assert abs(event["timestamp"] - time.time()) < 600
 
 
-def test_configure_refuses_an_unknown_level() -> None:
+def test_configure_refuses_an_unknown_level(restored_structlog: None) -> None:
     """A misspelt level is a clear ValueError, not a silent default."""
-    try:
+    with pytest.raises(ValueError, match="loud"):
         logs.configure(level="loud")
-    except ValueError as error:
-        assert "loud" in str(error)
-    else:
-        raise AssertionError("configure accepted an unknown level")
 
 
 def test_events_reach_structlog_when_it_is_configured() -> None:
@@ -95,6 +157,13 @@ def test_events_reach_structlog_when_it_is_configured() -> None:
     assert captured == [
         {"event": "x", "checkpoint_id": "c1", "instance_id": "i", "log_level": "warning"}
     ]
+
+
+def test_a_field_given_at_the_call_wins_over_a_bound_one() -> None:
+    """A call's field replaces a bound field of the same name instead of failing."""
+    with capture_logs() as captured:
+        logs.get_logger("envckpt.tests").bind(server="a").info("x", server="b")
+    assert captured == [{"event": "x", "server": "b", "log_level": "info"}]
 
 
 def test_a_reconfigured_structlog_is_followed(tmp_path: Path) -> None:
@@ -114,356 +183,80 @@ def test_a_reconfigured_structlog_is_followed(tmp_path: Path) -> None:
     assert [json.loads(line)["event"] for line in second.read_text().splitlines()] == ["two"]
 
 
-def test_is_enabled_for_asks_structlogs_filtering_level() -> None:
-    """Under a filtering logger at WARNING, info is off and warning is on."""
-    saved = structlog.get_config()
-    try:
-        structlog.configure(
-            wrapper_class=structlog.make_filtering_bound_logger(30)  # WARNING
-        )
-        log = logs.get_logger("envckpt.tests.enabled")
-        assert not log.is_enabled_for("info")
-        assert log.is_enabled_for("warning")
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
-        assert log.is_enabled_for("info")
-    finally:
-        structlog.configure(**saved)
-
-
-def test_json_lines_hold_what_orjson_alone_would_refuse(tmp_path: Path) -> None:
-    """Integers beyond 64 bits, non-string keys and other objects are still written as JSON."""
-    path = tmp_path / "events.jsonl"
-    run(
-        "import datetime\n"
-        "from envckpt import logs\n"
-        f"logs.configure(json=True, level='info', path={str(path)!r})\n"
-        "log = logs.get_logger('envckpt.tests')\n"
-        "log.info('big', n=2**70)\n"
-        "log.info('keys', counts={1: 'a'}, when=datetime.date(2026, 1, 2))\n"
-    )
-    big, keys = (json.loads(line) for line in path.read_text().splitlines())
-    assert big["n"] == 2**70
-    assert keys["counts"] == {"1": "a"} and keys["when"] == "2026-01-02"
-
-
-def test_enabled_gives_the_emitter_or_none() -> None:
-    """Under a filtering logger at WARNING, info has no emitter and warning's logs the event."""
-    saved = structlog.get_config()
-    try:
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-        log = logs.get_logger("envckpt.tests.enabled")
-        assert log.enabled("info") is None
-        with capture_logs() as captured:
-            emit = log.enabled("warning")
-            assert emit is not None
-            emit("event-a", x=1)
-            bound = log.bind(server="s").enabled("warning")
-            assert bound is not None
-            bound("event-b")
-        assert [(e["event"], e.get("x"), e.get("server")) for e in captured] == [
-            ("event-a", 1, None),
-            ("event-b", None, "s"),
-        ]
-    finally:
-        structlog.configure(**saved)
-
-
-def test_enabled_keeps_its_emitter_until_structlog_is_reconfigured(
-    restored_structlog: None,
-) -> None:
-    """The same emitter while nothing changes; a new one for each changed part."""
+def test_a_logger_is_resolved_again_for_each_changed_part(restored_structlog: None) -> None:
+    """The structlog logger a name resolved to is kept while structlog's configuration holds,
+    and made again when any part is replaced, even by an equal one."""
     structlog.configure(
         processors=[structlog.processors.JSONRenderer()],
-        wrapper_class=structlog.make_filtering_bound_logger(20),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
         logger_factory=structlog.ReturnLoggerFactory(),
     )
     log = logs.get_logger("envckpt.tests.kept")
-    first = log.enabled("info")
-    assert first is not None and log.enabled("info") is first
+    first = log.structlog_logger()
+    assert log.structlog_logger() is first
+    assert logs.get_logger("envckpt.tests.kept").structlog_logger() is first
+    assert log.bind(a=1).structlog_logger() is not first
     changes: list[dict[str, Any]] = [
         {"processors": [structlog.processors.JSONRenderer()]},
         {"logger_factory": structlog.ReturnLoggerFactory()},
         {"context_class": type("Context", (dict,), {})},
-        {"wrapper_class": structlog.make_filtering_bound_logger(10)},
+        {"wrapper_class": structlog.make_filtering_bound_logger(logging.DEBUG)},
     ]
     for change in changes:
-        before = log.enabled("info")
+        before = log.structlog_logger()
         structlog.configure(**change)
-        assert log.enabled("info") is not before, change
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+        assert log.structlog_logger() is not before, change
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     assert log.enabled("info") is None
 
 
-def _config(**parts: Any) -> SimpleNamespace:
-    base = {
-        "default_processors": [],
-        "default_wrapper_class": object,
-        "logger_factory": print,
-        "default_context_class": dict,
-    }
-    return SimpleNamespace(**{**base, **parts})
+def test_is_enabled_for_asks_structlogs_filtering_level(restored_structlog: None) -> None:
+    """Under a filtering logger at WARNING, info is off and warning is on."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    log = logs.get_logger("envckpt.tests.enabled")
+    assert not log.is_enabled_for("info")
+    assert log.is_enabled_for("warning")
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    assert log.is_enabled_for("info")
 
 
-def test_a_resolved_logger_holds_only_under_the_same_parts() -> None:
-    """Tampered: each part replaced (even by an equal list) makes the logger resolve again."""
-    config = _config()
-    resolved = logs._Resolved(config, logger=None)
-    assert resolved.holds(config)
-    config.default_processors.append(print)  # capture_logs edits the list in place
-    assert resolved.holds(config)
-    for part, value in (
-        ("default_processors", list(config.default_processors)),
-        ("default_wrapper_class", int),
-        ("logger_factory", repr),
-        ("default_context_class", OrderedDict),
-    ):
-        assert not resolved.holds(SimpleNamespace(**{**vars(config), part: value})), part
-
-
-def test_the_shorter_emitter_gives_the_processors_what_the_method_does(
-    restored_structlog: None,
-) -> None:
-    """A filtering logger's emitter: the same event dict, bound fields, method name and
-    output as ``logger.info``; a dropped event goes nowhere."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def record(logger: Any, method: str, event: Any) -> Any:
-        seen.append((method, dict(event)))
-        if event.get("drop"):
-            raise structlog.DropEvent
-        return event
-
-    structlog.configure(
-        processors=[record, structlog.processors.KeyValueRenderer(sort_keys=True)],
-        wrapper_class=structlog.make_filtering_bound_logger(20),
-        logger_factory=structlog.ReturnLoggerFactory(),
-        context_class=dict,
-    )
-    log = logs.get_logger("envckpt.tests.short")
-    emit = log.enabled("warning")
-    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
-    emit("e", a=1, b="x")
-    log._structlog().logger.warning("e", a=1, b="x")
-    assert seen[0] == seen[1] == ("warning", {"a": 1, "b": "x", "event": "e"})
-    seen.clear()
-    assert emit("e", drop=True) is None
-    assert seen == [("warning", {"drop": True, "event": "e"})]
-
-
-def _json_recipe(stream: Any, level: str = "info") -> Any:
-    """configure(json=True) to ``stream``; the info emitter of a fresh logger."""
-    logs.configure(json=True, level=level, stream=stream)
-    return logs.get_logger("envckpt.tests.lines").enabled("info")
-
-
-_EVENTS: list[tuple[str, dict[str, Any]]] = [
-    ("transition", {"machine": "m", "source": "a", "dest": "b", "elapsed": 0.25}),
-    ("big", {"n": 2**70, "keys": {1: "a"}, "when": datetime(2026, 1, 2, tzinfo=UTC)}),
-    ("mine", {"ts": 5.0, "level": "kept?", "event_note": None}),
-]
-
-
-def _keywords(log: logs.EnvckptLogger) -> Any:
-    emit = log.enabled("info")
-    assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
-    return lambda event, fields: emit(event, **fields)
-
-
-def _one_dict(log: logs.EnvckptLogger) -> Any:
-    record = log.enabled_fields("info")
-    assert record is not None and record.__qualname__ == "json_records.<locals>.record"
-    return lambda event, fields: record(event, dict(fields))
-
-
-@pytest.mark.parametrize("entry", [_keywords, _one_dict], ids=["keywords", "one-dict"])
-def test_the_json_emitter_writes_the_bytes_the_processors_write(
-    restored_structlog: None, monkeypatch: pytest.MonkeyPatch, entry: Any
-) -> None:
-    """configure(json=True) to a binary file: its own emitter, called with keyword
-    arguments (enabled) or one dict (enabled_fields), and per event the same line, byte
-    for byte, as structlog's method through the configured processors (context
-    variables bound and not, a traceback, keys and numbers orjson refuses)."""
-    monkeypatch.setattr(log_lines.time, "time", lambda: 1796150000.25)
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    _json_recipe(ours)
-    emit = entry(logs.get_logger("envckpt.tests.lines"))
-    _json_recipe(theirs)
-    method = logs.get_logger("envckpt.tests.lines")._structlog().logger.info
-    try:
-        raise ValueError("boom")
-    except ValueError:
-        events = [*_EVENTS, ("failed", {"exc_info": True})]
-        for bound in ({}, {"request": "r-1"}):
-            structlog.contextvars.bind_contextvars(**bound)
-            try:
-                for event, fields in events:
-                    emit(event, fields)
-                    method(event, **fields)
-            finally:
-                structlog.contextvars.clear_contextvars()
-    lines = ours.getvalue().splitlines(keepends=True)
-    assert lines == theirs.getvalue().splitlines(keepends=True) and len(lines) == 8
-    assert [json.loads(line).get("request") for line in lines[::4]] == [None, "r-1"]
-    assert "ValueError: boom" in json.loads(lines[3])["exception"]
-
-
-_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats()
-    | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3)
-        | st.dictionaries(st.text(max_size=5) | st.integers(), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    fields=st.dictionaries(
-        st.text(max_size=12).filter(lambda key: key not in ("event", "exc_info", "exception")),
-        _VALUES,
-        max_size=6,
-    ),
-    event=st.text(max_size=20),
-)
-def test_any_event_is_the_same_line_through_either_emitter(
-    fields: dict[str, Any], event: str
-) -> None:
-    """Whatever the fields (numbers orjson refuses, NaN, non-string keys, a caller's own
-    ``level`` or ``ts``), the JSON emitter writes the processors' line, byte for byte,
-    called with keyword arguments or with one dict."""
-    saved = structlog.get_config()
-    ours, theirs = io.BytesIO(), io.BytesIO()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(log_lines.time, "time", lambda: 1796150000.5)
-            emit = _json_recipe(ours)
-            assert emit is not None and emit.__qualname__ == "_json_lines.<locals>.emit"
-            emit(event, **fields)
-            record = logs.get_logger("envckpt.tests.lines").enabled_fields("info")
-            assert record is not None and record.__qualname__ == "json_records.<locals>.record"
-            record(event, dict(fields))
-            _json_recipe(theirs)
-            method = logs.get_logger("envckpt.tests.lines")._structlog().logger.info
-            method(event, **fields)
-            method(event, **fields)
-    finally:
-        structlog.configure(**saved)
-    assert ours.getvalue() == theirs.getvalue() and ours.getvalue().count(b"\n") == 2
-
-
-def test_the_json_emitter_follows_a_capture_of_its_processors(restored_structlog: None) -> None:
-    """capture_logs swaps the configured list's contents in place: an emitter taken before
-    sends its events to the capture, and to the file again afterwards."""
-    out = io.BytesIO()
-    emit = _json_recipe(out)
-    assert emit is not None
+def test_enabled_gives_the_emitter_or_none(restored_structlog: None) -> None:
+    """Under a filtering logger at WARNING, info has no emitter and warning's logs the event,
+    with the logger's bound fields."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    log = logs.get_logger("envckpt.tests.enabled")
+    assert log.enabled("info") is None
     with capture_logs() as captured:
-        emit("captured", a=1)
-    emit("written", a=2)
-    assert captured == [{"a": 1, "event": "captured", "log_level": "info"}]
-    assert [json.loads(line)["event"] for line in out.getvalue().splitlines()] == ["written"]
-
-
-def test_other_configurations_get_the_general_emitter(restored_structlog: None) -> None:
-    """Text streams, another processor list, a non-empty context: the processors path."""
-    emit = _json_recipe(io.StringIO())
-    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
-    logs.configure(json=True, level="info", stream=io.BytesIO())
-    structlog.configure(processors=[*structlog.get_config()["processors"], print])
-    emit = logs.get_logger("envckpt.tests.lines").enabled("info")
-    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
-    logs.configure(json=True, level="info", stream=io.BytesIO())
-    structlog.configure(context_class=lambda values: {**values, "from": "context"})
-    emit = logs.get_logger("envckpt.tests.lines").enabled("info")
-    assert emit is not None and emit.__qualname__ == "_processing.<locals>.emit"
+        emit = log.enabled("warning")
+        assert emit is not None
+        emit("event-a", x=1)
+        bound = log.bind(server="s").enabled("warning")
+        assert bound is not None
+        bound("event-b")
+    assert [(e["event"], e.get("x"), e.get("server")) for e in captured] == [
+        ("event-a", 1, None),
+        ("event-b", None, "s"),
+    ]
 
 
 def test_other_wrapper_classes_get_their_own_method(restored_structlog: None) -> None:
-    """A wrapper class that is not structlog's filtering one is called as it is."""
+    """A wrapper class that cannot say its level (structlog's generic BoundLogger) is
+    called as it is: enabled, and the event logged, never mistaken for a level check."""
     structlog.configure(
         wrapper_class=structlog.BoundLogger, logger_factory=structlog.ReturnLoggerFactory()
     )
     with capture_logs() as captured:
-        emit = logs.get_logger("envckpt.tests.other").enabled("info")
-        assert emit is not None and "_processing" not in getattr(emit, "__qualname__", "")
+        log = logs.get_logger("envckpt.tests.other")
+        assert log.is_enabled_for("debug")
+        emit = log.enabled("info")
+        assert emit is not None
         emit("e", a=1)
     assert captured == [{"event": "e", "a": 1, "log_level": "info"}]
 
 
-def test_json_lines_to_a_binary_file_hold_what_text_lines_hold(restored_structlog: None) -> None:
-    """A binary stream gets bytes with the same fields, in the same order, as a text stream."""
-    text, binary = io.StringIO(), io.BytesIO()
-    lines: list[dict[str, Any]] = []
-    for stream, read in ((text, text.getvalue), (binary, binary.getvalue)):
-        logs.configure(json=True, level="info", stream=stream)
-        structlog.contextvars.bind_contextvars(request="r-1")
-        try:
-            logs.get_logger("envckpt.tests").info("transition", machine="m", n=2**70, k={1: 2})
-        finally:
-            structlog.contextvars.clear_contextvars()
-        [line] = (read() if isinstance(read(), str) else read().decode()).splitlines()
-        lines.append(json.loads(line))
-    assert isinstance(binary.getvalue(), bytes) and binary.getvalue().endswith(b"}\n")
-    assert list(lines[0]) == list(lines[1])
-    assert list(lines[1]) == ["machine", "n", "k", "event", "request", "level", "timestamp", "ts"]
-    assert lines[1]["n"] == 2**70 and lines[1]["k"] == {"1": 2}
-
-
-def _killed_after_logging(setup: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import os, signal\n"
-            "from envckpt import logs, log_lines\n"
-            f"{setup}\n"
-            "logs.get_logger('envckpt.transitions').info('transition', machine='m')\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def test_a_line_logged_before_a_kill_is_in_the_file(tmp_path: Path) -> None:
-    """configure(json=True, path=...): the line of an event logged just before a kill -9 is
-    in the file; tampered, a buffered file loses it."""
-    path = tmp_path / "events.jsonl"
-    done = _killed_after_logging(f"logs.configure(json=True, level='info', path={str(path)!r})")
-    assert done.returncode == -signal.SIGKILL
-    [line] = path.read_text().splitlines()
-    assert json.loads(line)["machine"] == "m"
-    lost = tmp_path / "lost.jsonl"
-    done = _killed_after_logging(
-        f"logs.configure(json=True, level='info', stream=open({str(lost)!r}, 'ab'))\n"
-        "log_lines.LineWriter.info = lambda self, line: self._write(line)"
-    )
-    assert done.returncode == -signal.SIGKILL and lost.read_bytes() == b""
-
-
-def test_console_lines_to_a_path_are_text(tmp_path: Path) -> None:
-    """configure(path=...) without json still writes console lines, one per event."""
-    path = tmp_path / "events.log"
-    run(
-        "from envckpt import logs\n"
-        f"logs.configure(level='info', path={str(path)!r})\n"
-        "logs.get_logger('envckpt.tests').info('transition', machine='m')\n"
-    )
-    [line] = path.read_text().splitlines()
-    assert "transition" in line and "machine=m" in line and "[info" in line
-
-
 def test_a_stdlib_level_changed_by_the_host_is_followed(restored_structlog: None) -> None:
     """Under structlog's stdlib BoundLogger, enabled() follows the stdlib logger's level
-    as the host changes it; it is not kept like a filtering logger's answer."""
-    import logging
-
+    as the host changes it."""
     structlog.configure(
         processors=[structlog.processors.KeyValueRenderer()],
         wrapper_class=structlog.stdlib.BoundLogger,
@@ -483,23 +276,97 @@ def test_a_stdlib_level_changed_by_the_host_is_followed(restored_structlog: None
         stdlib.setLevel(saved)
 
 
-def test_without_structlogs_config_object_the_config_is_read_through_get_config(
-    restored_structlog: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fallback view reads what structlog's object holds, and loggers still follow a
-    reconfiguration through it."""
-    view = logs._ConfigView()
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(20))
-    for part in (
-        "is_configured",
-        "default_processors",
-        "default_wrapper_class",
-        "logger_factory",
-        "default_context_class",
-    ):
-        assert getattr(view, part) is getattr(structlog._config._CONFIG, part), part
-    monkeypatch.setattr(logs, "_STRUCTLOG", view)
-    log = logs.get_logger("envckpt.tests.view")
-    assert log.enabled("info") is not None
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-    assert log.enabled("info") is None
+def test_json_lines_hold_what_orjson_alone_would_refuse(tmp_path: Path) -> None:
+    """Integers beyond 64 bits, non-string keys and other objects are still written as JSON."""
+    path = tmp_path / "events.jsonl"
+    run(
+        "import datetime\n"
+        "from envckpt import logs\n"
+        f"logs.configure(json=True, level='info', path={str(path)!r})\n"
+        "log = logs.get_logger('envckpt.tests')\n"
+        "log.info('big', n=2**70)\n"
+        "log.info('keys', counts={1: 'a'}, when=datetime.date(2026, 1, 2))\n"
+    )
+    big, keys = (json.loads(line) for line in path.read_text().splitlines())
+    assert big["n"] == 2**70
+    assert keys["counts"] == {"1": "a"} and keys["when"] == "2026-01-02"
+
+
+def test_the_serializer_falls_back_to_the_standard_library() -> None:
+    """orjson_bytes writes orjson's bytes, and the standard library's where orjson refuses."""
+    assert logs.orjson_bytes({"a": 1, 2: [None]}) == b'{"a":1,"2":[null]}'
+    assert json.loads(logs.orjson_bytes({"n": 2**70})) == {"n": 2**70}
+    assert logs.orjson_text({"d": datetime.date(2026, 1, 2)}, default=str) == '{"d":"2026-01-02"}'
+
+
+def test_json_lines_to_a_binary_file_hold_what_text_lines_hold(restored_structlog: None) -> None:
+    """A binary stream gets bytes with the same fields, in the same order, as a text stream,
+    context variables and a traceback included."""
+    text, binary = io.StringIO(), io.BytesIO()
+    lines: list[dict[str, Any]] = []
+    for stream in (text, binary):
+        logs.configure(json=True, level="info", stream=stream)
+        structlog.contextvars.bind_contextvars(request="r-1")
+        try:
+            log = logs.get_logger("envckpt.tests")
+            log.info("transition", machine="m", n=2**70, k={1: 2})
+            try:
+                raise ValueError("boom")
+            except ValueError:
+                log.exception("failed")
+        finally:
+            structlog.contextvars.clear_contextvars()
+        written = stream.getvalue()
+        assert written.count("\n" if isinstance(written, str) else b"\n") == 2
+        lines.extend(json.loads(line) for line in written.splitlines())
+    assert isinstance(binary.getvalue(), bytes)
+    assert [list(line) for line in lines[:2]] == [list(line) for line in lines[2:]]
+    assert list(lines[2]) == ["machine", "n", "k", "event", "request", "level", "timestamp"]
+    assert lines[2]["n"] == 2**70 and lines[2]["k"] == {"1": 2}
+    assert "ValueError: boom" in lines[3]["exception"]
+
+
+def _killed_after_logging(setup: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, structlog\n"
+            "from envckpt import logs\n"
+            f"{setup}\n"
+            "logs.get_logger('envckpt.transitions').info('transition', machine='m')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_line_logged_before_a_kill_is_in_the_file(tmp_path: Path) -> None:
+    """configure(json=True, path=...): the line of an event logged just before a kill -9 is
+    in the file; tampered, a logger that writes without flushing loses it."""
+    path = tmp_path / "events.jsonl"
+    done = _killed_after_logging(f"logs.configure(json=True, level='info', path={str(path)!r})")
+    assert done.returncode == -signal.SIGKILL
+    [line] = path.read_text().splitlines()
+    assert json.loads(line)["machine"] == "m"
+    lost = tmp_path / "lost.jsonl"
+    done = _killed_after_logging(
+        f"sink = open({str(lost)!r}, 'ab')\n"
+        "logs.configure(json=True, level='info', stream=sink)\n"
+        "structlog.BytesLogger.info = lambda self, message: sink.write(message + b'\\n')"
+    )
+    assert done.returncode == -signal.SIGKILL and lost.read_bytes() == b""
+
+
+def test_console_lines_to_a_path_are_text(tmp_path: Path) -> None:
+    """configure(path=...) without json writes console lines, one per event."""
+    path = tmp_path / "events.log"
+    run(
+        "from envckpt import logs\n"
+        f"logs.configure(level='info', path={str(path)!r})\n"
+        "logs.get_logger('envckpt.tests').info('transition', machine='m')\n"
+    )
+    [line] = path.read_text().splitlines()
+    assert "transition" in line and "machine=m" in line and "[info" in line

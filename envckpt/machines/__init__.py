@@ -1,1 +1,1 @@
-"""The state machines: pure tables (``tables``) and their binding to ``transitions``."""
+"""The state machines: pure tables (``table``, ``tables``) and their binding to ``transitions``."""

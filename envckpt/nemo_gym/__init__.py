@@ -8,7 +8,8 @@ Hosting and launch::
 
 The kinds::
 
-    resources.py  sessions.py  adapters.py     # session gate, author protocol, example adapters
+    resources.py  sessions.py  adapters.py     # session gate, a server's sessions, example adapters
+    session_registry.py                         # the author protocol and the adapter registry
     model.py  staging.py                        # generation gate, token rows, rows to the trainer
     agent_runtime.py  run_state.py  calls.py    # phased /run, saved at every boundary
     simple_agent.py  gymnasium_agent.py  loop_state.py  agents.py  upstream.py   # the forks

@@ -1,7 +1,7 @@
 """Session adapters for nemo-gym 0.7.0 resources servers that keep JSON-able state.
 
 Each adapter reads and writes the server's own per-session field; nothing in
-the server changes. Registered by class (``sessions.register_adapter``):
+the server changes. Registered by class (``session_registry.register_adapter``):
 
 | server | state per session |
 | --- | --- |
@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from envckpt.nemo_gym.sessions import SessionCheckpoint, register_adapter
+from envckpt.nemo_gym.session_registry import SessionCheckpoint, register_adapter, registered
 
 RANKS = frozenset({"2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K", "A"})
 # random.Random's Mersenne Twister state: 624 words plus the index.
@@ -167,8 +167,6 @@ def register_builtin() -> None:
     if _registered:
         return
     _registered = True
-    from envckpt.nemo_gym.sessions import _ADAPTERS
-
     for key, factory in BUILTIN.items():
-        if key not in _ADAPTERS:
+        if registered(key) is None:
             register_adapter(key, factory)

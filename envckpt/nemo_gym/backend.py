@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.errors import error_from_reply
 from envckpt.http.closing import AsyncCloseable
-from envckpt.nemo_gym.gate import error_from_reply
 from envckpt.nemo_gym.run_state import ATTEMPT_KEY, ROLLOUT_ID_KEY
 
 DEFAULT_RUN_TIMEOUT = 3600.0

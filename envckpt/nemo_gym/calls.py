@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import ParticipantError
-from envckpt.nemo_gym.gate import error_from_reply, is_envelope
+from envckpt.errors import ParticipantError, error_from_reply
+from envckpt.nemo_gym.gate import is_envelope
 from envckpt.nemo_gym.model import RELEASE_PATH
 from envckpt.nemo_gym.resources import APPLICATION_HEADER
 

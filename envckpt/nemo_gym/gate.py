@@ -5,10 +5,11 @@ route does, ``{"error": {"code", "detail"}}`` with the code's status, and a
 caller turns such a reply back into the same ``ParticipantError``::
 
     await envelope_response(ParticipantError("admission_closed", "..."))(scope, receive, send)
-    error = error_from_reply(409, text)      # ParticipantError("admission_closed", ...)
+    error = errors.error_from_reply(409, text)   # ParticipantError("admission_closed", ...)
 
 Any other error reply becomes ``checkpoint_error`` with ``HTTP <status>`` and
-the first 200 bytes, as protocol.md asks for replies without the envelope.
+the first 200 bytes, as protocol.md asks for replies without the envelope
+(``envckpt.errors.error_from_reply``, the one decoder of error replies).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from fastapi.responses import JSONResponse
 from envckpt.errors import ParticipantError
 from envckpt.protocol import ERROR_STATUS
 
-REPLY_EXCERPT_BYTES = 200
-
 
 def refuse(code: str, detail: str) -> ParticipantError:
     return ParticipantError(code, detail)
@@ -31,24 +30,10 @@ def envelope_response(error: ParticipantError) -> JSONResponse:
     return JSONResponse(status_code=error.status, content=error.to_wire())
 
 
-def error_from_reply(status: int, text: str) -> ParticipantError:
-    """The ``ParticipantError`` an error reply stands for."""
-    try:
-        body = json.loads(text)
-        error = body["error"]
-        code, detail = error["code"], error["detail"]
-        if isinstance(code, str) and code in ERROR_STATUS and isinstance(detail, str):
-            return ParticipantError(code, detail)
-    except (ValueError, TypeError, KeyError):
-        pass
-    excerpt = text.encode("utf-8", "replace")[:REPLY_EXCERPT_BYTES].decode("utf-8", "replace")
-    return ParticipantError("checkpoint_error", f"HTTP {status} {excerpt}")
-
-
 def is_envelope(text: str) -> bool:
     """Whether ``text`` is the protocol's error envelope with a known code."""
     try:
         error = json.loads(text)["error"]
         return isinstance(error, dict) and error.get("code") in ERROR_STATUS
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, RecursionError):
         return False

@@ -19,43 +19,37 @@ A server with neither the protocol nor an adapter takes part as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any
 
+from envckpt.nemo_gym import adapters
+from envckpt.nemo_gym.session_registry import (
+    AdapterFactory,
+    SessionCheckpoint,
+    class_key,
+    register_adapter,
+    registered,
+)
 from envckpt.protocol import MODES
 
-
-@runtime_checkable
-class SessionCheckpoint(Protocol):
-    """Per-session export and restore of one resources server's state."""
-
-    checkpoint_mode: str
-
-    def export_session(self, session_id: str) -> dict[str, Any] | None: ...
-
-    def restore_session(self, session_id: str, state: Mapping[str, Any]) -> None: ...
-
-
-AdapterFactory = Callable[[Any], SessionCheckpoint]
-_ADAPTERS: dict[str, AdapterFactory] = {}
-
-
-def class_key(cls: type[Any]) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def register_adapter(server_class: str, factory: AdapterFactory) -> None:
-    """Use ``factory(server)`` for servers of ``server_class`` (``"module:QualName"``)."""
-    _ADAPTERS[server_class] = factory
+# The author's names, where the module docstring shows them.
+__all__ = [
+    "AdapterFactory",
+    "SessionCheckpoint",
+    "class_key",
+    "drop",
+    "register_adapter",
+    "registered_adapter",
+    "session_checkpoint_for",
+    "validate_state",
+]
 
 
 def registered_adapter(server_cls: type[Any]) -> AdapterFactory | None:
     """The adapter registered for ``server_cls`` or the nearest base class that has one."""
-    from envckpt.nemo_gym import adapters
-
     adapters.register_builtin()
     for base in server_cls.__mro__:
-        factory = _ADAPTERS.get(class_key(base))
+        factory = registered(class_key(base))
         if factory is not None:
             return factory
     return None

@@ -25,8 +25,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from envckpt import logs
-from envckpt.errors import ParticipantError
-from envckpt.nemo_gym.gate import envelope_response, error_from_reply
+from envckpt.errors import ParticipantError, error_from_reply
+from envckpt.nemo_gym.gate import envelope_response
 from envckpt.participant import edge
 
 ROW_FIELDS = ("capture_key", "staging_key", "payload")

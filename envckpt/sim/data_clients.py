@@ -28,9 +28,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import ParticipantError
+from envckpt.errors import error_from_reply
 from envckpt.http.closing import AsyncCloseable
-from envckpt.protocol import ERROR_STATUS
 
 DEFAULT_CALL_TIMEOUT = 600.0
 # A whole rollout, parked through snapshots included.
@@ -42,7 +41,6 @@ DEFAULT_MAX_CONNECTIONS = 256
 # so a call is never sent on a connection the server is closing (nothing here
 # is retried: a data call may have reached the server).
 DEFAULT_KEEPALIVE_SECONDS = 4.0
-REPLY_EXCERPT_BYTES = 200
 
 
 class DataPlaneUnavailable(ConnectionError):
@@ -66,20 +64,6 @@ def _checked_url(url: str, what: str) -> str:
     if parts.query or parts.fragment:
         raise ValueError(f"{what} {url!r} has a query or fragment")
     return url.rstrip("/")
-
-
-def error_from_reply(status: int, text: str) -> ParticipantError:
-    """The ``ParticipantError`` an error reply stands for (protocol.md sections 3 and 7)."""
-    try:
-        body = json.loads(text)
-        error = body["error"]
-        code, detail = error["code"], error["detail"]
-        if isinstance(code, str) and code in ERROR_STATUS and isinstance(detail, str):
-            return ParticipantError(code, detail)
-    except (ValueError, TypeError, KeyError):
-        pass
-    excerpt = text.encode("utf-8", "replace")[:REPLY_EXCERPT_BYTES].decode("utf-8", "replace")
-    return ParticipantError("checkpoint_error", f"HTTP {status} {excerpt}")
 
 
 class _JsonPoster(AsyncCloseable):

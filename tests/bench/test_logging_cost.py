@@ -61,7 +61,7 @@ def test_a_run_logs_every_transition_as_json_and_leaks_no_file(
     assert len(lines) - logged == 15 * 2 * (1 + 3 + 1)
     event = json.loads(lines[-1])
     assert event["event"] == "transition" and event["level"] == "info"
-    assert {"machine", "trigger", "source", "dest", "timestamp", "ts"} <= set(event)
+    assert {"machine", "trigger", "source", "dest", "timestamp"} <= set(event)
 
 
 def test_a_run_without_absent_measures_on_and_off_only(

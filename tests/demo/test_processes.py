@@ -11,8 +11,8 @@ from envckpt.cli import main
 from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.demo.summary import run_pauses
-from envckpt.machines.overlay import load_records, overlay
 from envckpt.machines.tables import ALL_TABLES, PARTICIPANT_PHASES
+from envckpt.statecharts.overlay import load_records, overlay
 
 from helpers.demo_cli import run_main
 

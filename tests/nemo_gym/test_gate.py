@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from envckpt.errors import ParticipantError
-from envckpt.nemo_gym.gate import envelope_response, error_from_reply, is_envelope
+from envckpt.errors import ParticipantError, error_from_reply
+from envckpt.nemo_gym.gate import envelope_response, is_envelope
 
 
 def test_envelope_round_trip() -> None:

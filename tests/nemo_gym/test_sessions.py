@@ -16,7 +16,7 @@ from nemo_gym.base_resources_server import (
 )
 from pydantic import Field
 
-from envckpt.nemo_gym import sessions
+from envckpt.nemo_gym import session_registry, sessions
 from envckpt.nemo_gym.sessions import register_adapter, session_checkpoint_for
 
 from helpers.nemo_gym_servers import build
@@ -68,7 +68,7 @@ def test_without_protocol_or_adapter_there_is_none() -> None:
 
 def test_a_registered_adapter_applies_to_subclasses(monkeypatch: pytest.MonkeyPatch) -> None:
     """An adapter registered for a class serves its subclasses too (hosting subclasses it)."""
-    monkeypatch.setattr(sessions, "_ADAPTERS", dict(sessions._ADAPTERS))
+    monkeypatch.setattr(session_registry, "_ADAPTERS", dict(session_registry._ADAPTERS))
     register_adapter(sessions.class_key(Notes), NotesAdapter)
     sub = type("Notes", (Notes,), {"ray_enabled": False})
     adapter = session_checkpoint_for(build(sub, "notes"))

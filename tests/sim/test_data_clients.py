@@ -25,7 +25,6 @@ from envckpt.sim.data_clients import (
     HttpModelClient,
     HttpStagingSink,
     HttpToolClient,
-    error_from_reply,
 )
 from envckpt.sim.data_routes import agent_router, model_router, rows_router, tool_router
 from envckpt.sim.gym import expected_transcript
@@ -189,18 +188,6 @@ async def test_replies_without_the_envelope_become_checkpoint_errors() -> None:
     assert plain_error.value.code == "checkpoint_error"
     assert plain_error.value.detail == "HTTP 500 Internal Server Error"
     assert list_error.value.code == "checkpoint_error" and "[1,2]" in list_error.value.detail
-
-
-def test_error_from_reply_reads_envelopes_and_bounds_other_text() -> None:
-    """Known codes are kept; unknown codes and long bodies fall back to a bounded excerpt."""
-    envelope = json.dumps({"error": {"code": "stale_attempt", "detail": "old"}})
-    assert error_from_reply(409, envelope).code == "stale_attempt"
-    unknown = error_from_reply(409, json.dumps({"error": {"code": "weird", "detail": "x"}}))
-    assert unknown.code == "checkpoint_error" and unknown.detail.startswith("HTTP 409 ")
-    fastapi_422 = error_from_reply(422, json.dumps({"detail": [{"msg": "bad"}]}))
-    assert fastapi_422.code == "checkpoint_error"
-    long = error_from_reply(500, "x" * 1000)
-    assert long.detail == "HTTP 500 " + "x" * 200
 
 
 def test_clients_refuse_unusable_urls() -> None:

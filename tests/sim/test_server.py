@@ -19,7 +19,6 @@ from fastapi import FastAPI
 import envckpt
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.http.serve import serve
-from envckpt.machines.overlay import load_records, overlay
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 from envckpt.sim.data_routes import rows_router
@@ -32,6 +31,7 @@ from envckpt.sim.gym import (
 )
 from envckpt.sim.http_gym import HttpGym
 from envckpt.sim.server import main, write_ready_file
+from envckpt.statecharts.overlay import load_records, overlay
 
 Ep = EnvironmentEpisode
 TOKEN = "gym-token-0c4d9e"

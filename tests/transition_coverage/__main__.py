@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from envckpt.machines.overlay import load_coverage
+from envckpt.statecharts.overlay import load_coverage
 
 from transition_coverage.rows import coverage_report
 

@@ -2,7 +2,7 @@
 
 A row is one ``(source, trigger)`` pair of a table (the table maps it to one
 destination). Records come from the pytest plugin's JSON-lines file or any
-transition log (``envckpt.machines.overlay.load_coverage``):
+transition log (``envckpt.statecharts.overlay.load_coverage``):
 
     entries = load_coverage([Path("build/transition-coverage.jsonl")])
     report = coverage_report(entries)
@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from envckpt.machines.overlay import CoverageEntry
 from envckpt.machines.tables import ALL_TABLES
+from envckpt.statecharts.overlay import CoverageEntry
 
 HTTP = "http"
 IN_PROCESS = "in-process"

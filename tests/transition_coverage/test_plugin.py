@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from envckpt.cli import main as cli_main
-from envckpt.machines.charts import TIMES
-from envckpt.machines.overlay import coverage, load_coverage
 from envckpt.machines.tables import PARTICIPANT_PHASES
+from envckpt.statecharts.charts import TIMES
+from envckpt.statecharts.overlay import coverage, load_coverage
 
 from transition_coverage.__main__ import main as report_main
 from transition_coverage.plugin import RECORDER, Recorder, _wrap_fire, _wrap_handle

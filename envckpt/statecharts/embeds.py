@@ -24,10 +24,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envckpt.machines.charts import MARKER, mermaid
-from envckpt.machines.pages import INDEX, index, page
 from envckpt.machines.table import MachineTable
 from envckpt.machines.tables import ALL_TABLES
+from envckpt.statecharts.charts import MARKER, mermaid
+from envckpt.statecharts.pages import INDEX, index, page
 
 # Suffixes of the files this module owns in the directory. SVGs are left out
 # on purpose: their bytes depend on the browser and its fonts.

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from envckpt.machines.binding import TransitionRecord
-from envckpt.machines.charts import drawing, mermaid
-from envckpt.machines.overlay import overlay
-from envckpt.machines.renderer import RendererMissing, find_renderer, render_svgs
-from envckpt.machines.svg_layout import SvgLayout, read_svg
 from envckpt.machines.table import MachineTable
 from envckpt.machines.tables import ALL_TABLES, INSTANCE_LIFECYCLE, SNAPSHOT_SESSION
+from envckpt.statecharts.charts import drawing, mermaid
+from envckpt.statecharts.overlay import overlay
+from envckpt.statecharts.renderer import RendererMissing, find_renderer, render_svgs
+from envckpt.statecharts.svg_layout import SvgLayout, read_svg
 
 # A GitHub page shows about 1000 px before it shrinks a chart (and its text).
 MAX_WIDTH = 1000

@@ -18,7 +18,7 @@ Mermaid ``stateDiagram-v2``:
     shapes.edges[0]        # Edge(source="undiscovered", dest="discovered", triggers=("discover",))
     print(mermaid(INSTANCE_LIFECYCLE))
 
-``tests/machines/test_charts.py`` reads every chart back into
+``tests/statecharts/test_charts.py`` reads every chart back into
 (source, trigger, dest) triples and compares them with the table.
 """
 

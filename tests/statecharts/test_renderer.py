@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from envckpt.machines import renderer
-from envckpt.machines.renderer import (
+from envckpt.statecharts import renderer
+from envckpt.statecharts.renderer import (
     Renderer,
     RendererMissing,
     RenderFailed,

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from envckpt.machines.binding import TransitionRecord, bind
-from envckpt.machines.overlay import NoTransitions, load_records, overlay
 from envckpt.machines.table import MachineTable
 from envckpt.machines.tables import (
     ALL_TABLES,
@@ -18,6 +17,7 @@ from envckpt.machines.tables import (
     PARTICIPANT_PHASES,
     SNAPSHOT_SESSION,
 )
+from envckpt.statecharts.overlay import NoTransitions, load_records, overlay
 
 from helpers.chart_reading import overlay_transitions
 

@@ -10,9 +10,9 @@ from enum import StrEnum
 
 import pytest
 
-from envckpt.machines.charts import Edge, drawing, mermaid, yaml_quoted
 from envckpt.machines.table import STAYS, ChartLayout, MachineTable, Row, StateGroup
 from envckpt.machines.tables import ALL_TABLES, INSTANCE_LIFECYCLE, SNAPSHOT_SESSION
+from envckpt.statecharts.charts import Edge, drawing, mermaid, yaml_quoted
 
 from helpers.chart_reading import chart_transitions
 
@@ -177,7 +177,7 @@ def test_the_start_dot_sits_in_the_box_holding_the_initial_state() -> None:
 def test_charts_do_not_depend_on_hash_seed() -> None:
     """Charts drawn in processes with different hash seeds are identical."""
     script = (
-        "import json; from envckpt.machines.charts import mermaid;"
+        "import json; from envckpt.statecharts.charts import mermaid;"
         " from envckpt.machines.tables import ALL_TABLES;"
         " print(json.dumps([mermaid(t) for t in ALL_TABLES]))"
     )

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envckpt.machines import embeds
-from envckpt.machines.charts import MERMAID_BANNER, mermaid
 from envckpt.machines.tables import ALL_TABLES, SNAPSHOT_SESSION
+from envckpt.statecharts import embeds
+from envckpt.statecharts.charts import MERMAID_BANNER, mermaid
 
 REPO = Path(__file__).resolve().parents[2]
 

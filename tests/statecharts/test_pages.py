@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from envckpt.machines.charts import mermaid
-from envckpt.machines.pages import MARKDOWN_BANNER, READING, index, page, role_text
 from envckpt.machines.table import MachineTable
 from envckpt.machines.tables import ALL_TABLES, INSTANCE_LIFECYCLE, SNAPSHOT_SESSION
+from envckpt.statecharts.charts import mermaid
+from envckpt.statecharts.pages import MARKDOWN_BANNER, READING, index, page, role_text
 
 
 @pytest.mark.parametrize("table", ALL_TABLES, ids=lambda table: table.name)

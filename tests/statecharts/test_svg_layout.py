@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envckpt.machines.svg_layout import Label, read_svg
+from envckpt.statecharts.svg_layout import Label, read_svg
 
 SVG_NS = "http://www.w3.org/2000/svg"
 HTML_NS = "http://www.w3.org/1999/xhtml"
