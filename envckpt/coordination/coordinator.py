@@ -16,7 +16,8 @@ Stateless between calls; every call is safe to retry with the same id.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
@@ -24,6 +25,7 @@ from envckpt.clock import SYSTEM_CLOCK, Clock
 from envckpt.coordination.concurrently import all_at_once
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
 from envckpt.coordination.types import (
+    ControlReplies,
     Member,
     Participants,
     PrepareResult,
@@ -137,14 +139,16 @@ class Coordinator:
     ) -> PrepareResult:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         replies: dict[str, dict[str, Any]] = {}
+        seconds: dict[str, float] = {}
         for kind in STAGES:
             stage = await self._fan_out(
                 "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts
             )
             replies.update(stage)
+            seconds.update(stage.seconds)
             if any(reply.get("phase") != Phase.PREPARED for reply in stage.values()):
-                return PrepareResult(prepared=False, replies=replies)
-        return PrepareResult(prepared=True, replies=replies)
+                return PrepareResult(prepared=False, replies=replies, seconds=seconds)
+        return PrepareResult(prepared=True, replies=replies, seconds=seconds)
 
     async def renew(
         self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
@@ -310,24 +314,32 @@ class Coordinator:
         body: Mapping[str, Any] | Callable[[Member], Mapping[str, Any]],
         *,
         deadline_ts: float,
-    ) -> dict[str, dict[str, Any]]:
+    ) -> ControlReplies:
         """POST ``operation`` to every member at once (``body``, or ``body(member)``);
-        all replies or one error."""
+        all replies, with how long each call took, or one error."""
         members = tuple(members)
         if not members:
-            return {}
+            return ControlReplies({}, {})
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
+        # Two monotonic stamps per call, kept in a dict: who held the pause,
+        # without a log line per call.
+        seconds: dict[str, float] = {}
+        stamp = time.perf_counter
 
-        def call(member: Member) -> Coroutine[Any, Any, ControlReply]:
-            return self._transport.request(
-                member.server_name,
-                "POST",
-                operation,
-                body_of(member),
-                timeout=timeout,
-                connect_tries=CONTROL_CONNECT_TRIES,
-            )
+        async def call(member: Member) -> ControlReply:
+            started = stamp()
+            try:
+                return await self._transport.request(
+                    member.server_name,
+                    "POST",
+                    operation,
+                    body_of(member),
+                    timeout=timeout,
+                    connect_tries=CONTROL_CONNECT_TRIES,
+                )
+            finally:
+                seconds[member.server_name] = stamp() - started
 
         results = await all_at_once([call(member) for member in members])
         replies: dict[str, dict[str, Any]] = {}
@@ -346,7 +358,7 @@ class Coordinator:
                 replies[member.server_name] = result.body
         if failures:
             raise CoordinationError(operation, failures, codes)
-        return replies
+        return ControlReplies(replies, seconds)
 
 
 def _raise_merged(operation: str, errors: list[CoordinationError]) -> None:
