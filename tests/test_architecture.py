@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),
+    ("telemetry", ("telemetry",)),
     ("interfaces", ("interfaces", "inventory")),
     ("machines", ("machines",)),
     ("participant", ("participant",)),
@@ -40,7 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deployments", ("sim", "nemo_gym")),
     (
         "applications",
-        ("demo", "cli", "__main__", "__init__", "config", "snapshots"),
+        ("demo", "cli", "__main__", "__init__", "config", "snapshots", "report", "progress"),
     ),
 )
 PRODUCT_MAY_NOT_IMPORT = ("sim", "demo")
