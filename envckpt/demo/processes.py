@@ -20,10 +20,11 @@ from typing import Any
 from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.report import ProgressBar, Verdict
+from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge_directory
+from envckpt.progress import ProgressBar
 from envckpt.trainer.job_errors import JobExit
 
 # A run that ends with one of these is followed by a restart.

@@ -25,12 +25,13 @@ The order is the one rl-recovery.md fixes, with the root claimed first:
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from envckpt.clock import Clock
 from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
+from envckpt.telemetry.observers import TelemetryObserver
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job import RolloutBackend, RolloutJob, RolloutTask, StagingRecorder
 from envckpt.trainer.layout import SnapshotLayout
@@ -98,8 +99,13 @@ async def start_trainer(
     snapshot_policy: SnapshotPolicy | None = None,
     signals: JobSignals | None = None,
     on_final_snapshot: Callable[[SnapshotResult], Awaitable[None]] | None = None,
+    observers: Iterable[TelemetryObserver] = (),
 ) -> StartedTrainer:
-    """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run."""
+    """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run.
+
+    ``observers`` hear the restore's and every snapshot's telemetry record
+    (``envckpt.telemetry``: a Prometheus exporter, spans)."""
+    observers = tuple(observers)
     lock = claim_root(root)
     try:
         await facade.check_startup()
@@ -109,6 +115,7 @@ async def start_trainer(
             barrier=barrier,
             sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
             lock=lock,
+            observers=observers,
         )
         report = await restorer.restore(data_plane_path=data_plane_path)
     except BaseException:
@@ -130,6 +137,7 @@ async def start_trainer(
         sidecars={RESULTS_SIDECAR: results.to_bytes},
         clock=clock,
         lock=lock,
+        observers=observers,
     )
     job = RolloutJob(
         tasks,
