@@ -40,7 +40,7 @@ figure.plot { margin: 0; } figure.plot svg { width: 100%; height: auto; display:
 table { border-collapse: collapse; width: 100%; margin: 8px 0; font-size: 13px; }
 th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid var(--line);
          vertical-align: top; white-space: nowrap; }
-td small, td details, td.wrap { white-space: normal; }
+td small, td details, #verdict td, #problems li { white-space: normal; }
 th { color: var(--muted); font-weight: 600; font-size: 12px; }
 .good { color: var(--good); font-weight: 600; } .bad { color: var(--bad); font-weight: 600; }
 .badge { display: inline-block; padding: 2px 10px; border-radius: 12px; color: white;

@@ -131,11 +131,11 @@ def _timeline(data: ReportData) -> str:
     pauses.set_xlabel("seconds since the first record")
     pauses.set_ylabel("paused (s)")
     _tidy(pauses)
-    legend = [
-        _patch(BLUE, "snapshot pause"),
-        _patch(RED, "failed snapshot"),
-        _patch(GREEN, "restore", alpha=0.3),
-    ]
+    legend = [_patch(BLUE, "snapshot pause")]
+    if data.failed:
+        legend.append(_patch(RED, "failed snapshot"))
+    if data.restores:
+        legend.append(_patch(GREEN, "restore", alpha=0.3))
     figure.legend(handles=legend, loc="outside lower center", frameon=False, ncols=3, fontsize=8)
     if not data.snapshots:
         _empty(pauses, "no snapshot recorded")
