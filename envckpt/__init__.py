@@ -56,6 +56,12 @@ from envckpt.inventory import InMemoryInventory, RolloutInventory, SnapshotConte
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
 from envckpt.protocol import ErrorCode, Kind, Mode, Phase
+from envckpt.telemetry.log import read_telemetry
+from envckpt.telemetry.observers import TelemetryObserver
+from envckpt.telemetry.prometheus import PrometheusExporter
+from envckpt.telemetry.restore_record import RestoreTelemetry
+from envckpt.telemetry.snapshot_record import SnapshotTelemetry
+from envckpt.telemetry.tracing import SnapshotSpans
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.catalog import SnapshotCatalog, SnapshotEntry
 from envckpt.trainer.dataplane import SqliteDataPlane
@@ -141,10 +147,12 @@ __all__ = [
     "PendingStaging",
     "Phase",
     "PrepareResult",
+    "PrometheusExporter",
     "ProtocolViolation",
     "RayInstance",
     "RecoveryLedger",
     "RestoreReport",
+    "RestoreTelemetry",
     "RestoredEnvironmentRollouts",
     "Restorer",
     "RolloutInventory",
@@ -158,14 +166,18 @@ __all__ = [
     "SnapshotNotReady",
     "SnapshotPolicy",
     "SnapshotResult",
+    "SnapshotSpans",
+    "SnapshotTelemetry",
     "SqliteDataPlane",
     "StagingRecorder",
     "StartedTrainer",
     "StateHooks",
     "SystemClock",
+    "TelemetryObserver",
     "UnsupportedDeployment",
     "__version__",
     "load_config",
     "mount_participant",
+    "read_telemetry",
     "start_trainer",
 ]
