@@ -68,6 +68,7 @@ def snapshot_record(
 def restore_record(
     snapshot: str | None = "rollouts-step0000000003-0123456789ab", *, at: float = T0 + 10
 ) -> RestoreTelemetry:
+    landed = snapshot is not None
     return RestoreTelemetry(
         outcome=RestoreOutcome.RESTORED if snapshot else RestoreOutcome.FRESH,
         started_at=at,
@@ -76,14 +77,16 @@ def restore_record(
         phases=RestorePhases(0.2, 0.9, 0.1, 0.3),
         considered=2,
         refused=1,
-        continued=2,
-        restarted=1,
+        continued=2 if landed else 0,
+        restarted=1 if landed else 0,
         cleared_rows=3,
         instance_count=2,
         instance_latency=LatencySummary(2, 0.4, 0.9, 0.9, "math/replica-0"),
         continued_rollouts=(
             ContinuedRollout("task-1", 2, "math/replica-0"),
             ContinuedRollout("task-4", 1, "math/replica-1"),
-        ),
-        restarted_rollouts=("task-9",),
+        )
+        if landed
+        else (),
+        restarted_rollouts=("task-9",) if landed else (),
     )

@@ -22,6 +22,7 @@ from envckpt.cli import main
 from envckpt.telemetry.log import TELEMETRY_NAME
 
 from helpers.page_check import Page, PageCheckUnavailable, judge, look_at
+from helpers.report_root import write_root
 
 SCREENSHOTS = os.environ.get("ENVCKPT_REPORT_SCREENSHOTS")  # keep them here, to look at
 
@@ -111,3 +112,41 @@ def _drop_group(text: str, gid: str) -> str:
     dropped, count = pattern.subn("", text, count=1)
     assert count == 1
     return dropped
+
+
+def test_without_the_renderer_the_page_is_still_written_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No Mermaid renderer: exit 0, every other section drawn, the reason on stderr and page."""
+    monkeypatch.setenv("ENVCKPT_MERMAID_TOOL", str(tmp_path / "no-tool"))
+    root = write_root(tmp_path / "root")
+    out = tmp_path / "page.html"
+    assert report(root, out) == 0
+    captured = capsys.readouterr()
+    assert "envckpt report: statecharts not drawn:" in captured.err
+    assert f"wrote {out}: 3 snapshots, 1 failed, 2 restores, 0 statecharts" in captured.out
+    html = out.read_text()
+    assert '<p class="notice">statecharts not drawn:' in html
+    assert 'id="timeline-snapshot-3"' in html
+
+
+def test_what_is_no_snapshot_root_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file, and a directory with neither telemetry.jsonl nor snapshots/: exit 2, said why."""
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert report(a_file, tmp_path / "a.html") == 2
+    assert "is not a directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert report(tmp_path / "empty", tmp_path / "b.html") == 2
+    assert "is no snapshot root" in capsys.readouterr().err
+
+
+def test_a_page_that_cannot_be_written_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out in a directory that does not exist: exit 1, the reason on stderr."""
+    root = write_root(tmp_path / "root")
+    assert report(root, tmp_path / "missing" / "page.html", "--no-statecharts") == 1
+    assert "cannot write" in capsys.readouterr().err
