@@ -17,7 +17,7 @@ Stateless between calls; every call is safe to retry with the same id.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from envckpt import logs
@@ -142,7 +142,7 @@ class Coordinator:
         seconds: dict[str, float] = {}
         for kind in STAGES:
             stage = await self._fan_out(
-                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts
+                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts, timed=True
             )
             replies.update(stage)
             seconds.update(stage.seconds)
@@ -208,6 +208,7 @@ class Coordinator:
             participants.members,
             lambda member: with_stop if stop and member.commit_stop else body,
             deadline_ts=deadline_ts,
+            timed=True,
         )
 
     async def restore(
@@ -228,7 +229,7 @@ class Coordinator:
         }
         try:
             return await self._fan_out(
-                "restore", participants.members, body, deadline_ts=deadline_ts
+                "restore", participants.members, body, deadline_ts=deadline_ts, timed=True
             )
         except CoordinationError:
             await self.abandon_restore(participants, checkpoint_id, scope, deadline_ts=deadline_ts)
@@ -314,34 +315,39 @@ class Coordinator:
         body: Mapping[str, Any] | Callable[[Member], Mapping[str, Any]],
         *,
         deadline_ts: float,
+        timed: bool = False,
     ) -> ControlReplies:
         """POST ``operation`` to every member at once (``body``, or ``body(member)``);
-        all replies, with how long each call took, or one error."""
+        all replies or one error. ``timed``: the replies carry how long each call
+        took (the calls a snapshot's record reports: prepare, commit, restore)."""
         members = tuple(members)
         if not members:
             return ControlReplies({}, {})
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
-        # Two monotonic stamps per call, kept in a dict: who held the pause,
-        # without a log line per call.
         seconds: dict[str, float] = {}
         stamp = time.perf_counter
 
-        async def call(member: Member) -> ControlReply:
+        def call(member: Member) -> Coroutine[Any, Any, ControlReply]:
+            return self._transport.request(
+                member.server_name,
+                "POST",
+                operation,
+                body_of(member),
+                timeout=timeout,
+                connect_tries=CONTROL_CONNECT_TRIES,
+            )
+
+        async def timed_call(member: Member) -> ControlReply:
+            # Two monotonic stamps per call, kept in a dict: who held the pause,
+            # without a log line per call.
             started = stamp()
             try:
-                return await self._transport.request(
-                    member.server_name,
-                    "POST",
-                    operation,
-                    body_of(member),
-                    timeout=timeout,
-                    connect_tries=CONTROL_CONNECT_TRIES,
-                )
+                return await call(member)
             finally:
                 seconds[member.server_name] = stamp() - started
 
-        results = await all_at_once([call(member) for member in members])
+        results = await all_at_once([(timed_call if timed else call)(member) for member in members])
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, str] = {}
         codes: dict[str, str] = {}
