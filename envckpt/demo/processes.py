@@ -77,25 +77,31 @@ def watch(
     bar = ProgressBar(f"run {incarnation}", settings.rollouts)
     started = time.monotonic()
     while process.poll() is None:
-        events = [
-            e
-            for e in read_events(settings.directory / EVENTS_NAME)
-            if e.get("incarnation") == incarnation
-        ]
-        restored = next((e for e in events if e["event"] == "restored"), None)
-        done = (0 if restored is None else int(restored["finished_before"])) + sum(
-            1 for e in events if e["event"] == "sealed"
-        )
-        snapshots = sum(1 for e in events if e["event"] == "snapshot")
-        bar.update(done, f"{snapshots} snapshots")
+        _show_progress(bar, settings, incarnation)
         if time.monotonic() - started > timeout:
             process.kill()
             process.wait()
             bar.close()
             return None
         time.sleep(0.05)
+    _show_progress(bar, settings, incarnation)  # what the run logged just before it ended
     bar.close()
     return process.returncode
+
+
+def _show_progress(bar: ProgressBar, settings: DemoSettings, incarnation: int) -> None:
+    """Rollouts finished and snapshots taken by run ``incarnation``, from its event log."""
+    events = [
+        e
+        for e in read_events(settings.directory / EVENTS_NAME)
+        if e.get("incarnation") == incarnation
+    ]
+    restored = next((e for e in events if e["event"] == "restored"), None)
+    done = (0 if restored is None else int(restored["finished_before"])) + sum(
+        1 for e in events if e["event"] == "sealed"
+    )
+    snapshots = sum(1 for e in events if e["event"] == "snapshot")
+    bar.update(done, f"{snapshots} snapshots")
 
 
 def run_processes(

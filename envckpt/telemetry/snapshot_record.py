@@ -93,7 +93,8 @@ class SnapshotTelemetry:
     failed_phase: str = ""
     failure: str = ""
     failures_by_code: tuple[tuple[str, int], ...] = ()
-    # Published, but resuming the environment afterwards failed.
+    # Published, then leaving it failed: the resume, or the caller's block inside
+    # ``snapshot()`` (the snapshot stands; the environment resumed by abort or lease).
     resume_error: str = ""
 
     def __post_init__(self) -> None:
