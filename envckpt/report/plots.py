@@ -19,6 +19,7 @@ nothing here opens a window or needs a display.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
@@ -104,7 +105,7 @@ def _timeline(data: ReportData) -> str:
             alpha=0.18,
             gid=f"timeline-restore-{number}",
         )
-        lane.plot(restore.started_at - zero, 0.5, marker="v", color=GREEN, markersize=7)
+        lane.plot(restore.started_at - zero, 0.97, marker="v", color=GREEN, markersize=7)
     minimum = max(end / 250, 0.05)
     for number, record in enumerate(data.published, start=1):
         _pause_bar(pauses, record, zero, minimum, BLUE, f"timeline-snapshot-{number}")
@@ -159,7 +160,7 @@ def _instance_latency(data: ReportData) -> str:
                 held.get(instance.instance_id, 0.0), instance.held_seconds
             )
     drawn = sorted(held, key=lambda iid: (-held[iid], iid))[:DRAWN_INSTANCES]
-    drawn.sort()
+    drawn.sort(key=_natural)
     width = 0.8 / max(len(drawn), 1)
     bar = 0
     for slot, instance_id in enumerate(drawn):
@@ -184,9 +185,11 @@ def _instance_latency(data: ReportData) -> str:
             )
             solid[0].set_gid(f"latency-bar-{bar}")
             light[0].set_gid(f"latency-commit-{bar}")
+    summarised = False
     for index, record in enumerate(records):
         if record.prepare_latency.count > len(drawn):
-            axes.plot(index, record.prepare_latency.p50, marker="_", color=INK, markersize=18)
+            summarised = True
+            axes.plot(index, record.prepare_latency.p50, marker="_", color=INK, markersize=40)
     axes.set_xticks(range(len(records)), _labels(records))
     axes.set_ylabel("seconds")
     handles = [
@@ -194,6 +197,8 @@ def _instance_latency(data: ReportData) -> str:
         for slot, instance_id in enumerate(drawn)
     ]
     handles.append(_patch(GREY, "commit (light, hatched)", alpha=0.5))
+    if summarised:
+        handles.append(_line("median prepare of all instances"))
     axes.legend(handles=handles, loc="upper left", frameon=False, ncols=4, fontsize=8)
     _tidy(axes)
     axes.set_ylim(
@@ -333,6 +338,17 @@ def _patch(colour: str, label: str, *, alpha: float = 1.0) -> object:
     from matplotlib.patches import Patch
 
     return Patch(color=colour, label=label, alpha=alpha)
+
+
+def _line(label: str) -> object:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=INK, marker="_", linestyle="none", markersize=14, label=label)
+
+
+def _natural(text: str) -> tuple[object, ...]:
+    """``replica-2`` before ``replica-10``."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _tidy(axes: Axes) -> None:
