@@ -139,13 +139,12 @@ class Coordinator:
     ) -> PrepareResult:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         replies: dict[str, dict[str, Any]] = {}
-        seconds: dict[str, float] = {}
+        seconds: dict[str, float] = {}  # every stage's calls stamp into this one
         for kind in STAGES:
             stage = await self._fan_out(
-                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts, timed=True
+                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts, timed=seconds
             )
             replies.update(stage)
-            seconds.update(stage.seconds)
             if any(reply.get("phase") != Phase.PREPARED for reply in stage.values()):
                 return PrepareResult(prepared=False, replies=replies, seconds=seconds)
         return PrepareResult(prepared=True, replies=replies, seconds=seconds)
@@ -208,7 +207,7 @@ class Coordinator:
             participants.members,
             lambda member: with_stop if stop and member.commit_stop else body,
             deadline_ts=deadline_ts,
-            timed=True,
+            timed={},
         )
 
     async def restore(
@@ -229,7 +228,7 @@ class Coordinator:
         }
         try:
             return await self._fan_out(
-                "restore", participants.members, body, deadline_ts=deadline_ts, timed=True
+                "restore", participants.members, body, deadline_ts=deadline_ts, timed={}
             )
         except CoordinationError:
             await self.abandon_restore(participants, checkpoint_id, scope, deadline_ts=deadline_ts)
@@ -315,18 +314,17 @@ class Coordinator:
         body: Mapping[str, Any] | Callable[[Member], Mapping[str, Any]],
         *,
         deadline_ts: float,
-        timed: bool = False,
-    ) -> ControlReplies:
+        timed: dict[str, float] | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """POST ``operation`` to every member at once (``body``, or ``body(member)``);
-        all replies or one error. ``timed``: the replies carry how long each call
-        took (the calls a snapshot's record reports: prepare, commit, restore)."""
+        all replies or one error. ``timed`` (the calls a snapshot's record reports:
+        prepare, commit, restore) receives how long each call took, and the replies
+        are ``ControlReplies`` carrying it; other calls go out unwrapped."""
         members = tuple(members)
         if not members:
-            return ControlReplies({}, {})
+            return {}
         body_of = body if callable(body) else lambda _member: body
         timeout = max(0.0, deadline_ts - self._clock.now()) + REPLY_SLACK_SECONDS
-        seconds: dict[str, float] = {}
-        stamp = time.perf_counter
 
         def call(member: Member) -> Coroutine[Any, Any, ControlReply]:
             return self._transport.request(
@@ -338,17 +336,22 @@ class Coordinator:
                 connect_tries=CONTROL_CONNECT_TRIES,
             )
 
-        async def timed_call(member: Member) -> ControlReply:
-            # Two monotonic stamps per call, kept in a dict: who held the pause,
-            # without a log line per call.
-            started = stamp()
-            try:
-                return await call(member)
-            finally:
-                seconds[member.server_name] = stamp() - started
+        if timed is None:
+            results = await all_at_once([call(member) for member in members])
+        else:
+            sink, stamp = timed, time.perf_counter
 
-        results = await all_at_once([(timed_call if timed else call)(member) for member in members])
-        replies: dict[str, dict[str, Any]] = {}
+            async def timed_call(member: Member) -> ControlReply:
+                # Two monotonic stamps per call, kept in a dict: who held the
+                # pause, without a log line per call.
+                started = stamp()
+                try:
+                    return await call(member)
+                finally:
+                    sink[member.server_name] = stamp() - started
+
+            results = await all_at_once([timed_call(member) for member in members])
+        replies: dict[str, dict[str, Any]] = {} if timed is None else ControlReplies(timed)
         failures: dict[str, str] = {}
         codes: dict[str, str] = {}
         for member, result in zip(members, results, strict=True):
@@ -364,7 +367,7 @@ class Coordinator:
                 replies[member.server_name] = result.body
         if failures:
             raise CoordinationError(operation, failures, codes)
-        return ControlReplies(replies, seconds)
+        return replies
 
 
 def _raise_merged(operation: str, errors: list[CoordinationError]) -> None:

@@ -89,12 +89,18 @@ def interned_participants(members: tuple[Member, ...]) -> Participants:
 
 class ControlReplies(dict[str, dict[str, Any]]):
     """Every participant's reply to one control call (server name -> body), and how long
-    each call took: ``seconds`` (server name -> seconds, monotonic clock)."""
+    each call took: ``seconds`` (server name -> seconds, monotonic clock).
+
+    Made empty and filled as replies arrive (``replies[server] = body``), so
+    timing a call costs no copy of its replies.
+    """
 
     __slots__ = ("seconds",)
 
-    def __init__(self, replies: Mapping[str, dict[str, Any]], seconds: Mapping[str, float]) -> None:
-        super().__init__(replies)
+    def __init__(
+        self, seconds: Mapping[str, float], replies: Mapping[str, dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(replies or {})
         self.seconds: Mapping[str, float] = seconds
 
 

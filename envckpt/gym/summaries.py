@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode, excluding, sorted_episodes
@@ -122,13 +123,16 @@ class GymCheckpointPrepareSummary:
     @classmethod
     def from_result(cls, result: PrepareOutcome) -> GymCheckpointPrepareSummary:
         """From envckpt's ``PrepareResult`` or Gym's: restarts converted to episodes first."""
-        # Gym's own result has no timings.
+        # Gym's own result has no timings. Concrete types only: an ABC isinstance
+        # check costs more than the rest of this, once per instance per snapshot.
         seconds = getattr(result, "seconds", None)
         return cls(
             prepared=result.prepared,
             blockers={server: tuple(keys) for server, keys in result.blockers().items()},
             restarts=as_episodes(result.restarts()),
-            participant_seconds=dict(seconds) if isinstance(seconds, Mapping) else {},
+            participant_seconds=dict(seconds)
+            if isinstance(seconds, dict | MappingProxyType)
+            else {},
         )
 
     def continued(self, episodes: Iterable[object]) -> tuple[EnvironmentEpisode, ...]:

@@ -187,7 +187,7 @@ def test_restarts_are_the_union_and_continued_is_the_rest_in_order(
 
 def test_control_replies_are_a_dict_with_each_call_s_seconds() -> None:
     """A dict of replies to callers that index it; call_seconds reads its timings."""
-    replies = ControlReplies({"a": {"phase": "prepared"}}, {"a": 0.25})
+    replies = ControlReplies({"a": 0.25}, {"a": {"phase": "prepared"}})
     assert replies == {"a": {"phase": "prepared"}} and isinstance(replies, dict)
     assert call_seconds(replies) == {"a": 0.25}
     assert call_seconds({"a": {}}) == {}  # a coordination that does not time its calls

@@ -294,7 +294,7 @@ def test_the_commit_summary_keeps_each_participant_s_records_and_call_seconds() 
     raw["agent-a"]["manifest"] = {"record_count": 2}
     raw["agent-b"]["manifest"] = {"record_count": "1"}
     raw["tools"]["manifest"] = {"record_count": True}
-    timed = ControlReplies(raw, {"policy": 0.1, "agent-a": 0.2})
+    timed = ControlReplies({"policy": 0.1, "agent-a": 0.2}, raw)
     summary = replies.commit_summary(PARTICIPANTS, SCOPE, timed)
     assert summary.participant_records == {"agent-a": 2}
     assert summary.participant_seconds == {"policy": 0.1, "agent-a": 0.2}
