@@ -78,13 +78,13 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev,prometheus,otel,report]'
 	if $(BIN)/python -c 'import sys; sys.exit(0 if sys.version_info < (3, 13, 14) else 1)'; then \
 		$(BIN)/python -m pip install -q --ignore-requires-python --prefer-binary nemo-gym==0.7.0; \
 	else \
 		$(BIN)/python -m pip install -q --prefer-binary nemo-gym==0.7.0; \
 	fi
-	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev]'
+	$(BIN)/python -m pip install -q $(EDITABLE) -e '.[http,ray,dev,prometheus,otel,report]'
 	touch $(STAMP)
 
 clean:

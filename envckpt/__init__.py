@@ -62,6 +62,12 @@ if TYPE_CHECKING:
     from envckpt.participant.core import ParticipantCore
     from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
     from envckpt.protocol import ErrorCode, Kind, Mode, Phase
+    from envckpt.telemetry.log import read_telemetry
+    from envckpt.telemetry.observers import TelemetryObserver
+    from envckpt.telemetry.prometheus import PrometheusExporter
+    from envckpt.telemetry.restore_record import RestoreTelemetry
+    from envckpt.telemetry.snapshot_record import SnapshotTelemetry
+    from envckpt.telemetry.tracing import SnapshotSpans
     from envckpt.trainer.barrier import DataPlaneBarrier
     from envckpt.trainer.catalog import SnapshotCatalog, SnapshotEntry
     from envckpt.trainer.dataplane import SqliteDataPlane
@@ -128,6 +134,12 @@ _EXPORTS: dict[str, str] = {
     "Kind": "envckpt.protocol",
     "Mode": "envckpt.protocol",
     "Phase": "envckpt.protocol",
+    "read_telemetry": "envckpt.telemetry.log",
+    "TelemetryObserver": "envckpt.telemetry.observers",
+    "PrometheusExporter": "envckpt.telemetry.prometheus",
+    "RestoreTelemetry": "envckpt.telemetry.restore_record",
+    "SnapshotTelemetry": "envckpt.telemetry.snapshot_record",
+    "SnapshotSpans": "envckpt.telemetry.tracing",
     "DataPlaneBarrier": "envckpt.trainer.barrier",
     "SnapshotCatalog": "envckpt.trainer.catalog",
     "SnapshotEntry": "envckpt.trainer.catalog",
@@ -228,10 +240,12 @@ __all__ = [
     "PendingStaging",
     "Phase",
     "PrepareResult",
+    "PrometheusExporter",
     "ProtocolViolation",
     "RayInstance",
     "RecoveryLedger",
     "RestoreReport",
+    "RestoreTelemetry",
     "RestoredEnvironmentRollouts",
     "Restorer",
     "RolloutInventory",
@@ -245,14 +259,18 @@ __all__ = [
     "SnapshotNotReady",
     "SnapshotPolicy",
     "SnapshotResult",
+    "SnapshotSpans",
+    "SnapshotTelemetry",
     "SqliteDataPlane",
     "StagingRecorder",
     "StartedTrainer",
     "StateHooks",
     "SystemClock",
+    "TelemetryObserver",
     "UnsupportedDeployment",
     "__version__",
     "load_config",
     "mount_participant",
+    "read_telemetry",
     "start_trainer",
 ]

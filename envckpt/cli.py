@@ -5,6 +5,7 @@
     envckpt statecharts --overlay LOG [LOG ...] --machine NAME [--render DIR]
     envckpt statecharts --coverage LOG [LOG ...] [--machine NAME] [--render DIR]
     envckpt snapshots list|show|verify|prune|delete ROOT ...   # see envckpt.snapshots.cli
+    envckpt report ROOT [--out PAGE]    # one HTML page of a root's snapshots (envckpt.report.cli)
     envckpt demo [ARGS...]        # every argument goes to envckpt.demo.main
 
 ``main`` returns the exit code instead of exiting, so tests call it directly.
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     snapshots_cli().add_parser(commands)
+    report_cli().add_parser(commands)
     # Declared for --help only: main() forwards the raw arguments before parsing.
     commands.add_parser("demo", help="run the crash-and-restore demo (arguments go to it)")
     return parser
@@ -103,6 +105,11 @@ def snapshots_cli() -> Any:
     return importlib.import_module("envckpt.snapshots.cli")
 
 
+def report_cli() -> Any:
+    """``envckpt.report.cli`` (matplotlib is imported only when a page is built)."""
+    return importlib.import_module("envckpt.report.cli")
+
+
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else list(argv)
     if args_list[:1] == ["demo"]:
@@ -111,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(args_list)
     if args.command == "snapshots":
         return int(snapshots_cli().run(args))
+    if args.command == "report":
+        return int(report_cli().run(args))
     if args.command == "statecharts":
         if args.overlay is not None and args.coverage is not None:
             parser.error("--overlay and --coverage draw different things: give one")

@@ -12,6 +12,9 @@ EXTRAS = {
     "http": ("fastapi", "uvicorn", "httpx", "aiohttp", "orjson"),
     "ray": ("ray",),
     "gym": ("nemo_gym",),
+    "prometheus": ("prometheus_client",),
+    "otel": ("opentelemetry",),
+    "report": ("matplotlib",),
 }
 
 

@@ -43,10 +43,13 @@ class RestoredEnvironmentRollouts:
     ``continued_attempts`` holds ``(instance_id, rollout_id, attempt)`` of every
     restored rollout (the saved attempt; it continues as attempt + 1).
     ``staging_keys`` are data-plane rows the restored rollouts still reference.
+    ``instance_seconds``: ``(instance_id, seconds)`` each instance's restore
+    took, when the backend measured it (telemetry only).
     """
 
     continued_attempts: frozenset[tuple[str, str, int]] = frozenset()
     staging_keys: frozenset[str] = frozenset()
+    instance_seconds: tuple[tuple[str, float], ...] = ()
 
 
 @runtime_checkable

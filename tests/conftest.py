@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import structlog
@@ -78,3 +79,12 @@ def restored_structlog() -> Iterator[None]:
         structlog.configure(**saved)
         if not configured:
             structlog.reset_defaults()
+
+
+@pytest.fixture(scope="session")
+def scraped_demo(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One real ``envckpt demo --dir D`` (processes), its trainer scraped while it ran;
+    shared by the telemetry endpoint's test and the report's (``helpers.scraped_demo``)."""
+    from helpers.scraped_demo import run_scraped_demo  # imports fastapi and prometheus_client
+
+    return run_scraped_demo(tmp_path_factory.mktemp("scraped-demo"))

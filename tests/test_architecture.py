@@ -31,6 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),
+    ("telemetry", ("telemetry",)),
     ("interfaces", ("interfaces", "inventory")),
     ("machines", ("machines",)),
     ("participant", ("participant",)),
@@ -42,7 +43,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("deployments", ("sim", "nemo_gym")),
     (
         "applications",
-        ("demo", "cli", "__main__", "__init__", "config", "snapshots", "statecharts"),
+        (
+            "demo",
+            "cli",
+            "__main__",
+            "__init__",
+            "config",
+            "snapshots",
+            "statecharts",
+            "report",
+            "progress",
+        ),
     ),
 )
 PRODUCT_MAY_NOT_IMPORT = ("sim", "demo")

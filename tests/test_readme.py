@@ -34,7 +34,11 @@ def test_the_readme_example_runs_as_written(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
-    assert re.fullmatch(r"rollouts-step0000000001-[0-9a-f]{12} \d+\.\d{3} s paused", first)
+    assert re.fullmatch(
+        r"rollouts-step0000000001-[0-9a-f]{12} \d+\.\d{3} s paused, "
+        r"slowest prepare \d+\.\d{3} s, 3 records",
+        first,
+    ), first
     assert second == "[(1, 1)]"
     assert done.stderr == "", "the library printed something nobody asked for"
 

@@ -16,6 +16,7 @@ Stateless between calls; every call is safe to retry with the same id.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
@@ -24,6 +25,7 @@ from envckpt.clock import SYSTEM_CLOCK, Clock
 from envckpt.coordination.concurrently import all_at_once
 from envckpt.coordination.transport import ControlReply, ControlTransport, TransportFailure
 from envckpt.coordination.types import (
+    ControlReplies,
     Member,
     Participants,
     PrepareResult,
@@ -137,14 +139,15 @@ class Coordinator:
     ) -> PrepareResult:
         body = {"checkpoint_id": checkpoint_id, "deadline_ts": deadline_ts}
         replies: dict[str, dict[str, Any]] = {}
+        seconds: dict[str, float] = {}  # every stage's calls stamp into this one
         for kind in STAGES:
             stage = await self._fan_out(
-                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts
+                "prepare", participants.of_kind(kind), body, deadline_ts=deadline_ts, timed=seconds
             )
             replies.update(stage)
             if any(reply.get("phase") != Phase.PREPARED for reply in stage.values()):
-                return PrepareResult(prepared=False, replies=replies)
-        return PrepareResult(prepared=True, replies=replies)
+                return PrepareResult(prepared=False, replies=replies, seconds=seconds)
+        return PrepareResult(prepared=True, replies=replies, seconds=seconds)
 
     async def renew(
         self, participants: Participants, checkpoint_id: str, *, deadline_ts: float
@@ -204,6 +207,7 @@ class Coordinator:
             participants.members,
             lambda member: with_stop if stop and member.commit_stop else body,
             deadline_ts=deadline_ts,
+            timed={},
         )
 
     async def restore(
@@ -224,7 +228,7 @@ class Coordinator:
         }
         try:
             return await self._fan_out(
-                "restore", participants.members, body, deadline_ts=deadline_ts
+                "restore", participants.members, body, deadline_ts=deadline_ts, timed={}
             )
         except CoordinationError:
             await self.abandon_restore(participants, checkpoint_id, scope, deadline_ts=deadline_ts)
@@ -310,9 +314,12 @@ class Coordinator:
         body: Mapping[str, Any] | Callable[[Member], Mapping[str, Any]],
         *,
         deadline_ts: float,
+        timed: dict[str, float] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """POST ``operation`` to every member at once (``body``, or ``body(member)``);
-        all replies or one error."""
+        all replies or one error. ``timed`` (the calls a snapshot's record reports:
+        prepare, commit, restore) receives how long each call took, and the replies
+        are ``ControlReplies`` carrying it; other calls go out unwrapped."""
         members = tuple(members)
         if not members:
             return {}
@@ -329,8 +336,22 @@ class Coordinator:
                 connect_tries=CONTROL_CONNECT_TRIES,
             )
 
-        results = await all_at_once([call(member) for member in members])
-        replies: dict[str, dict[str, Any]] = {}
+        if timed is None:
+            results = await all_at_once([call(member) for member in members])
+        else:
+            sink, stamp = timed, time.perf_counter
+
+            async def timed_call(member: Member) -> ControlReply:
+                # Two monotonic stamps per call, kept in a dict: who held the
+                # pause, without a log line per call.
+                started = stamp()
+                try:
+                    return await call(member)
+                finally:
+                    sink[member.server_name] = stamp() - started
+
+            results = await all_at_once([timed_call(member) for member in members])
+        replies: dict[str, dict[str, Any]] = {} if timed is None else ControlReplies(timed)
         failures: dict[str, str] = {}
         codes: dict[str, str] = {}
         for member, result in zip(members, results, strict=True):

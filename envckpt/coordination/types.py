@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -87,19 +87,44 @@ def interned_participants(members: tuple[Member, ...]) -> Participants:
     return Participants(members=members)
 
 
+class ControlReplies(dict[str, dict[str, Any]]):
+    """Every participant's reply to one control call (server name -> body), and how long
+    each call took: ``seconds`` (server name -> seconds, monotonic clock).
+
+    Made empty and filled as replies arrive (``replies[server] = body``), so
+    timing a call costs no copy of its replies.
+    """
+
+    __slots__ = ("seconds",)
+
+    def __init__(
+        self, seconds: Mapping[str, float], replies: Mapping[str, dict[str, Any]] | None = None
+    ) -> None:
+        super().__init__(replies or {})
+        self.seconds: Mapping[str, float] = seconds
+
+
+def call_seconds(replies: Mapping[str, Any]) -> Mapping[str, float]:
+    """How long each participant's call took, when the coordination measured it (else empty)."""
+    return replies.seconds if isinstance(replies, ControlReplies) else {}
+
+
 @dataclass(frozen=True, slots=True)
 class PrepareResult:
     """Whether every stage prepared; each contacted server's reply otherwise.
 
     ``replies`` maps server name to its ``{phase, report}`` reply. Stages after
-    the first unready one were not contacted and have no reply.
+    the first unready one were not contacted and have no reply. ``seconds``
+    says how long each contacted server's prepare call took.
     """
 
     prepared: bool
     replies: Mapping[str, Mapping[str, Any]]
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "replies", MappingProxyType(dict(self.replies)))
+        object.__setattr__(self, "seconds", MappingProxyType(dict(self.seconds)))
 
     def blockers(self) -> dict[str, tuple[str, ...]]:
         """Capture keys each unprepared server still waits for."""

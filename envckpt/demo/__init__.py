@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     print(verdict.render())
     if not temporary:
         print(f"checkpoints, results and verdict.json are in {directory}")
+        print(f"see the run as one page: envckpt report {directory}")
     return 0 if verdict.passed else 1
 
 

@@ -32,7 +32,7 @@ from envckpt.demo.plan import (
     save_plan,
 )
 from envckpt.demo.processes import RESTARTED_AFTER
-from envckpt.demo.report import ProgressBar, Verdict
+from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, make_tasks, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge_directory
@@ -40,6 +40,7 @@ from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoi
 from envckpt.facade.instances import LocalInstance
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.progress import ProgressBar
 from envckpt.sim.gym import GymConfig, SimulatedGym
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job_errors import JobExit

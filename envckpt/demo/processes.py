@@ -20,10 +20,11 @@ from typing import Any
 from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.report import ProgressBar, Verdict
+from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge_directory
+from envckpt.progress import ProgressBar
 from envckpt.trainer.job_errors import JobExit
 
 # A run that ends with one of these is followed by a restart.
@@ -76,25 +77,31 @@ def watch(
     bar = ProgressBar(f"run {incarnation}", settings.rollouts)
     started = time.monotonic()
     while process.poll() is None:
-        events = [
-            e
-            for e in read_events(settings.directory / EVENTS_NAME)
-            if e.get("incarnation") == incarnation
-        ]
-        restored = next((e for e in events if e["event"] == "restored"), None)
-        done = (0 if restored is None else int(restored["finished_before"])) + sum(
-            1 for e in events if e["event"] == "sealed"
-        )
-        snapshots = sum(1 for e in events if e["event"] == "snapshot")
-        bar.update(done, f"{snapshots} snapshots")
+        _show_progress(bar, settings, incarnation)
         if time.monotonic() - started > timeout:
             process.kill()
             process.wait()
             bar.close()
             return None
         time.sleep(0.05)
+    _show_progress(bar, settings, incarnation)  # what the run logged just before it ended
     bar.close()
     return process.returncode
+
+
+def _show_progress(bar: ProgressBar, settings: DemoSettings, incarnation: int) -> None:
+    """Rollouts finished and snapshots taken by run ``incarnation``, from its event log."""
+    events = [
+        e
+        for e in read_events(settings.directory / EVENTS_NAME)
+        if e.get("incarnation") == incarnation
+    ]
+    restored = next((e for e in events if e["event"] == "restored"), None)
+    done = (0 if restored is None else int(restored["finished_before"])) + sum(
+        1 for e in events if e["event"] == "sealed"
+    )
+    snapshots = sum(1 for e in events if e["event"] == "snapshot")
+    bar.update(done, f"{snapshots} snapshots")
 
 
 def run_processes(

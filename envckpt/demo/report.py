@@ -1,4 +1,4 @@
-"""Text tables, progress bars and the verdict the demo prints, no wider than 100 columns.
+"""Text tables and the verdict the demo prints, no wider than 100 columns.
 
 The output is read in CI logs as often as on a terminal: tables are drawn by
 ``rich`` in ASCII, 100 columns at most (a cell too long for its column wraps
@@ -8,11 +8,9 @@ inside it), with no colour or terminal codes.
 from __future__ import annotations
 
 import io
-import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TextIO
 
 from rich import box
 from rich.console import Console
@@ -45,36 +43,6 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
-
-
-class ProgressBar:
-    """One line that redraws in place on a terminal, and prints sparsely otherwise."""
-
-    def __init__(self, label: str, total: int, *, stream: TextIO | None = None) -> None:
-        self.label = label
-        self.total = max(1, total)
-        self.done = 0
-        self.stream = stream or sys.stderr
-        self._tty = self.stream.isatty()
-        self._last_percent = -1
-
-    def update(self, done: int, note: str = "") -> None:
-        self.done = min(done, self.total)
-        percent = int(100 * self.done / self.total)
-        if self._tty:
-            filled = int(30 * self.done / self.total)
-            bar = "#" * filled + "." * (30 - filled)
-            self.stream.write(f"\r{self.label:<12} [{bar}] {self.done}/{self.total} {note:<30}")
-            self.stream.flush()
-        elif percent // 25 != self._last_percent // 25:
-            self.stream.write(f"{self.label}: {self.done}/{self.total} {note}\n")
-            self.stream.flush()
-        self._last_percent = percent
-
-    def close(self) -> None:
-        if self._tty:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 # The numbers verdict.json carries, in this order.

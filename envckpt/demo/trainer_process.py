@@ -42,11 +42,13 @@ from envckpt.demo.events import EVENTS_NAME, EventLog
 from envckpt.demo.gym_hosting import Hosted, JobTokens, http_instances, ray_instances
 from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
 from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
+from envckpt.demo.telemetry_hooks import announce, metrics_endpoint
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.http.apps import new_app
 from envckpt.http.serve import serve
 from envckpt.sim.data_routes import rows_router
+from envckpt.telemetry.observers import TelemetryObserver
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job_errors import (
     JobExit,
@@ -80,11 +82,13 @@ async def run_job(
     rows = PendingStaging()
     app = new_app()
     app.include_router(rows_router(rows.stage, token=tokens.rows))
+    observers = metrics_endpoint(app)
     lock = None
     try:
         # Before any Gym server starts: a root this job cannot use refuses at once.
         lock = claim_root(settings.directory)
         async with serve(app) as trainer_url:
+            announce(events, trainer_url, observers)
             rows_url = f"{trainer_url}/rows"
             for _ in range(_MAX_GYM_RESTARTS):
                 hosting = (
@@ -98,7 +102,9 @@ async def run_job(
                     # After the hosts started: ray.init installs a SIGTERM handler of its own.
                     signals.install()
                     try:
-                        return await _train(settings, events, rows, hosted, signals, interruption)
+                        return await _train(
+                            settings, events, rows, hosted, signals, interruption, observers
+                        )
                     except SnapshotRefusedByEnvironment as error:
                         # These Gym processes saw a restore; fresh ones take the next.
                         events.emit("restore_refused", snapshot=error.snapshot, reason=error.reason)
@@ -121,6 +127,7 @@ async def _train(
     hosted: Hosted,
     signals: JobSignals,
     interruption: Interruption | None,
+    observers: list[TelemetryObserver],
 ) -> int:
     directory = settings.directory
     facade = GymEnvironmentCheckpoint(
@@ -149,6 +156,7 @@ async def _train(
         ),
         signals=signals,
         on_final_snapshot=stop_gym,
+        observers=observers,
     )
     try:
         results, job = started.results, started.job

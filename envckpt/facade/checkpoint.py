@@ -42,7 +42,12 @@ from envckpt.facade.instances import InstanceClient
 from envckpt.facade.manifest import GymSnapshotManifest, InstanceRecord, write_manifest
 from envckpt.facade.restore import abandon_everywhere, check_restorable, restore_everywhere
 from envckpt.facade.resumer import Resumer
-from envckpt.facade.snapshot import SESSION, GymEnvironmentSnapshot, SnapshotTimings
+from envckpt.facade.snapshot import (
+    SESSION,
+    GymEnvironmentSnapshot,
+    InstanceLatencies,
+    SnapshotTimings,
+)
 from envckpt.facade.timeouts import CheckpointTimeouts
 from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
 from envckpt.ids import mint_checkpoint_id
@@ -195,8 +200,11 @@ class GymEnvironmentCheckpoint:
 
         crashpoint("snapshot.before_prepare")
         prepare_deadline = self._deadline(self.timeouts.prepare_seconds)
+        prepare_seconds: dict[str, float] = {}
         prepared = await self._fan_out.require(
-            "prepare", lambda i: i.prepare(checkpoint_id, deadline_ts=prepare_deadline)
+            "prepare",
+            lambda i: i.prepare(checkpoint_id, deadline_ts=prepare_deadline),
+            seconds=prepare_seconds,
         )
         blocked = {iid: summary for iid, summary in prepared.items() if not summary.prepared}
         if blocked:
@@ -214,8 +222,9 @@ class GymEnvironmentCheckpoint:
         prepared_at = clock.now()
 
         renewer = asyncio.create_task(self._renew_forever(checkpoint_id))
+        commit_seconds: dict[str, float] = {}
         try:
-            summaries = await self._commit_all(checkpoint_id, path, prepared)
+            summaries = await self._commit_all(checkpoint_id, path, prepared, commit_seconds)
             records = {
                 iid: InstanceRecord.from_summary(summaries[iid], prepared[iid].restarts)
                 for iid in summaries
@@ -242,6 +251,12 @@ class GymEnvironmentCheckpoint:
                 commit_seconds=clock.now() - prepared_at,
                 manifest_bytes=manifest_bytes,
             ),
+            latencies=InstanceLatencies(
+                prepare_seconds=prepare_seconds,
+                commit_seconds=commit_seconds,
+                prepared=prepared,
+                committed=summaries,
+            ),
             unowned_live_episodes=sum(len(s.unowned_live_episodes) for s in summaries.values()),
         )
         return _CommittedSnapshot(snapshot, renewer)
@@ -262,6 +277,7 @@ class GymEnvironmentCheckpoint:
         checkpoint_id: str,
         path: Path,
         prepared: Mapping[str, GymCheckpointPrepareSummary],
+        seconds: dict[str, float],
     ) -> dict[str, GymCheckpointCommitSummary]:
         deadline = self._deadline(self.timeouts.commit_seconds)
         log = logs.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
@@ -280,7 +296,7 @@ class GymEnvironmentCheckpoint:
                 )
             return summary
 
-        return await self._fan_out.require("commit", commit)
+        return await self._fan_out.require("commit", commit, seconds=seconds)
 
     async def _renew_forever(self, checkpoint_id: str) -> None:
         log = logs.get_logger("envckpt.facade").bind(checkpoint_id=checkpoint_id)
@@ -318,8 +334,9 @@ class GymEnvironmentCheckpoint:
         self._open(checkpoint_id, "restore")
         try:
             deadline = self._deadline(self.timeouts.restore_seconds)
+            seconds: dict[str, float] = {}
             errors = await restore_everywhere(
-                self._fan_out, checkpoint_id, path, manifest, deadline_ts=deadline
+                self._fan_out, checkpoint_id, path, manifest, deadline_ts=deadline, seconds=seconds
             )
             if errors:
                 # All-or-nothing across instances: drop every instance's restore.
@@ -329,6 +346,7 @@ class GymEnvironmentCheckpoint:
                 yield RestoredEnvironmentRollouts(
                     continued_attempts=manifest.continued_attempts(),
                     staging_keys=manifest.staging_keys(),
+                    instance_seconds=tuple(sorted(seconds.items())),
                 )
             except BaseException:
                 await self._abandon_everywhere(checkpoint_id, manifest)

@@ -63,8 +63,11 @@ async def restore_everywhere(
     manifest: GymSnapshotManifest,
     *,
     deadline_ts: float,
+    seconds: dict[str, float] | None = None,
 ) -> dict[str, BaseException]:
-    """Restore every instance at once; the errors by instance (empty: all restored)."""
+    """Restore every instance at once; the errors by instance (empty: all restored).
+
+    ``seconds``, if given, receives how long each instance's restore took."""
 
     async def restore(instance: InstanceClient) -> None:
         record = manifest.instances[instance.instance_id]
@@ -77,7 +80,7 @@ async def restore_everywhere(
             deadline_ts=deadline_ts,
         )
 
-    _, errors = await fan_out.collect(restore)
+    _, errors = await fan_out.collect(restore, seconds=seconds)
     return errors
 
 

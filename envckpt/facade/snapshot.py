@@ -8,12 +8,15 @@ committed and ``gym_checkpoint.json`` was written. The trainer calls
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
 from envckpt.interfaces import MutationCut
 from envckpt.inventory import RolloutInventory, SnapshotContents
 from envckpt.machines.binding import MachineState, bind
 from envckpt.machines.tables import SNAPSHOT_SESSION, SessionState
+from envckpt.telemetry.environment import EnvironmentTelemetry, environment_telemetry
 
 SESSION = bind(SNAPSHOT_SESSION)
 
@@ -24,6 +27,20 @@ class SnapshotTimings:
     prepare_seconds: float
     commit_seconds: float
     manifest_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLatencies:
+    """What the fan-out stamped per instance, and the summaries it got back.
+
+    Kept as they came, so the pause pays for nothing but the stamps; the
+    record is built from them after the environment resumed (``telemetry``).
+    """
+
+    prepare_seconds: Mapping[str, float] = field(default_factory=dict)
+    commit_seconds: Mapping[str, float] = field(default_factory=dict)
+    prepared: Mapping[str, GymCheckpointPrepareSummary] = field(default_factory=dict)
+    committed: Mapping[str, GymCheckpointCommitSummary] = field(default_factory=dict)
 
 
 class GymEnvironmentSnapshot:
@@ -37,12 +54,14 @@ class GymEnvironmentSnapshot:
         session: MachineState[SessionState],
         timings: SnapshotTimings,
         unowned_live_episodes: int,
+        latencies: InstanceLatencies | None = None,
     ) -> None:
         self.contents = contents
         self._inventory = inventory
         self._session = session
         self.timings = timings
         self.unowned_live_episodes = unowned_live_episodes
+        self.latencies = latencies or InstanceLatencies()
 
     @property
     def checkpoint_id(self) -> str:
@@ -82,3 +101,15 @@ class GymEnvironmentSnapshot:
             "env_unowned_live_episodes": float(self.unowned_live_episodes),
             "env_staging_keys": float(len(self.contents.all_staging_keys())),
         }
+
+    def telemetry(self) -> EnvironmentTelemetry:
+        """Per-instance latencies for the snapshot's record (call it after resuming)."""
+        latencies = self.latencies
+        return environment_telemetry(
+            prepare_seconds=latencies.prepare_seconds,
+            commit_seconds=latencies.commit_seconds,
+            prepared=latencies.prepared,
+            committed=latencies.committed,
+            exported={iid: len(episodes) for iid, episodes in self.contents.exported.items()},
+            restarts={iid: len(episodes) for iid, episodes in self.contents.restarts.items()},
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envckpt.coordination.types import Participants
+from envckpt.coordination.types import Participants, call_seconds
 from envckpt.episodes import EnvironmentEpisode, episodes_from_keys
 from envckpt.errors import ProtocolViolation
 from envckpt.gym.summaries import GymCheckpointCommitSummary
@@ -87,6 +87,8 @@ def commit_summary(
             exported_episodes=episodes_from_keys(run_keys),
             staging_keys=tuple(sorted(staging_keys)),
             participants=tuple(sorted(participants.names)),
+            participant_seconds=dict(call_seconds(replies)),
+            participant_records=_records_written(replies),
             staging_keys_by_episode={
                 EnvironmentEpisode.from_capture_key(key): tuple(sorted(keys))
                 for key, keys in keys_by_capture_key.items()
@@ -95,6 +97,17 @@ def commit_summary(
         )
     except ValueError as error:
         raise ProtocolViolation(f"commit replies are inconsistent: {error}") from error
+
+
+def _records_written(replies: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Records each participant's commit wrote, from its reply's manifest (when it has one)."""
+    written: dict[str, int] = {}
+    for server, reply in replies.items():
+        manifest = reply.get("manifest")
+        count = manifest.get("record_count") if isinstance(manifest, Mapping) else None
+        if isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+            written[server] = count
+    return written
 
 
 def check_restore_replies(

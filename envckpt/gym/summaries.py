@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode, excluding, sorted_episodes
@@ -64,6 +65,9 @@ class GymCheckpointCommitSummary:
     row to its episodes (a row carried over from an earlier attempt belongs to
     both). ``unowned_live_episodes`` are parked agent sessions that no agent's
     own /run drives: they can be neither restored nor finished while prepared.
+    ``participant_seconds`` is how long each participant's commit call took
+    (when the coordination measured it), ``participant_records`` how many
+    records each one wrote.
     """
 
     exported_episodes: tuple[EnvironmentEpisode, ...]
@@ -73,6 +77,8 @@ class GymCheckpointCommitSummary:
         default_factory=dict
     )
     unowned_live_episodes: tuple[EnvironmentEpisode, ...] = ()
+    participant_seconds: Mapping[str, float] = field(default_factory=dict)
+    participant_records: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Gym's episode objects become ours, so they hash and compare as ours do.
@@ -99,11 +105,14 @@ class GymCheckpointPrepareSummary:
 
     Restarts are in-flight episodes some participant cannot capture: a commit
     naming one is refused, and they start over after a crash.
+    ``participant_seconds``: how long each contacted participant's prepare
+    call took, when the coordination measured it.
     """
 
     prepared: bool
     blockers: dict[str, tuple[str, ...]]
     restarts: tuple[EnvironmentEpisode, ...]
+    participant_seconds: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # As the seeds make them: blockers as tuples, restarts as sorted episodes.
@@ -114,10 +123,16 @@ class GymCheckpointPrepareSummary:
     @classmethod
     def from_result(cls, result: PrepareOutcome) -> GymCheckpointPrepareSummary:
         """From envckpt's ``PrepareResult`` or Gym's: restarts converted to episodes first."""
+        # Gym's own result has no timings. Concrete types only: an ABC isinstance
+        # check costs more than the rest of this, once per instance per snapshot.
+        seconds = getattr(result, "seconds", None)
         return cls(
             prepared=result.prepared,
             blockers={server: tuple(keys) for server, keys in result.blockers().items()},
             restarts=as_episodes(result.restarts()),
+            participant_seconds=dict(seconds)
+            if isinstance(seconds, dict | MappingProxyType)
+            else {},
         )
 
     def continued(self, episodes: Iterable[object]) -> tuple[EnvironmentEpisode, ...]:

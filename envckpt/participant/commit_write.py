@@ -15,6 +15,7 @@ bookkeeping afterwards.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, ParticipantError
 from envckpt.participant import store
+from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.hooks import StateHooks
 from envckpt.protocol import ErrorCode, Kind, Phase
 
@@ -80,13 +82,47 @@ async def export_and_write(
     scope: tuple[EnvironmentEpisode, ...] | None,
     current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
     before_publish: Sequence[Callable[[], None]],
+    counters: ParticipantCounters | None = None,
 ) -> dict[str, Any]:
     """Export the scope once, write records and manifest; return the commit reply.
 
     No scope means everything held. Only attempts that may still act
     (``current``) are exported: a retired or superseded attempt's state
-    never leaves the process.
+    never leaves the process. ``counters`` hears the write's outcome.
     """
+    started = time.perf_counter()
+    try:
+        reply = await _export_and_write(
+            write,
+            hooks=hooks,
+            kind=kind,
+            instance=instance,
+            checkpoint_dir=checkpoint_dir,
+            scope=scope,
+            current=current,
+            before_publish=before_publish,
+        )
+    except BaseException:
+        if counters is not None:
+            counters.commit_failures += 1
+        raise
+    if counters is not None:
+        records = reply["manifest"]["record_count"]
+        counters.committed(records=records, seconds=time.perf_counter() - started)
+    return reply
+
+
+async def _export_and_write(
+    write: CommitWrite,
+    *,
+    hooks: StateHooks,
+    kind: Kind,
+    instance: str,
+    checkpoint_dir: Path,
+    scope: tuple[EnvironmentEpisode, ...] | None,
+    current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
+    before_publish: Sequence[Callable[[], None]],
+) -> dict[str, Any]:
     checkpoint_id = write.checkpoint_id
     if write.aborted:
         # Resumed before this task first ran: leave no files behind at all.

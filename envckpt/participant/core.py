@@ -46,12 +46,14 @@ from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import rules, work
 from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
+from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
-from envckpt.protocol import CAPABILITIES, ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
+from envckpt.participant.status import status_reply
+from envckpt.protocol import ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
 
@@ -95,7 +97,7 @@ class ParticipantCore:
         self._open: OpenCheckpoint | None = None
         self._finished = FinishedIds()
         self.served_traffic = False
-        self.counters = rules.AdmissionCounters()
+        self.counters = ParticipantCounters()
         # Test and demo hook: called by the commit write between records and
         # manifest (a crash there leaves an unpublished directory).
         self.before_publish: list[Callable[[], None]] = []
@@ -133,19 +135,7 @@ class ParticipantCore:
     async def status(self) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
-            return {
-                "kind": self.kind,
-                "mode": self.mode,
-                "instance": self.instance,
-                "server_name": self.server_name,
-                "phase": self.phase,
-                "checkpoint_id": self.checkpoint_id,
-                "lease_expires_at": self.lease_expires_at,
-                "retired_rollouts": self.fence.retired_rollouts,
-                "served_traffic": self.served_traffic,
-                "capabilities": list(CAPABILITIES),
-                "report": self.report(),
-            }
+            return status_reply(self)
 
     # ------------------------------------------------------------- admission
 
@@ -177,6 +167,7 @@ class ParticipantCore:
             if self._open is None:
                 await work.close_admission(self.hooks)  # reopens and raises if it fails
                 self._open = OpenCheckpoint(checkpoint_id)
+                self.counters.checkpoints_opened += 1
             else:
                 replayed = rules.prepare_replay(self._open, checkpoint_id, phase=self.phase)
                 if replayed is not None:
@@ -288,6 +279,7 @@ class ParticipantCore:
             scope=scope,
             current=self.fence.current,
             before_publish=self.before_publish,
+            counters=self.counters,
         )
         async with self._lock:
             open_ = self._open
@@ -351,6 +343,7 @@ class ParticipantCore:
                 raise
             self.fence.installed(installed, scope)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
+            self.counters.restores += 1
             self.served_traffic = True  # installed state counts as traffic (status)
             reply = {
                 "phase": Phase.RESTORED,
@@ -402,6 +395,7 @@ class ParticipantCore:
         with contextlib.suppress(Exception):
             await self.hooks.open_admission()
         _PHASES.fire(self._phase, trigger, checkpoint_id=open_.checkpoint_id)
+        self.counters.ended(trigger)
         self._finished.add(open_.checkpoint_id)
         self._open = None
         self._changed.set()
@@ -415,6 +409,7 @@ class ParticipantCore:
             self._check_cleanup(checkpoint_id, deadline_ts, "retire")
             # The mark goes up before anything stops, and stays if stopping fails.
             self.fence.retire(episodes)
+            self.counters.retired_attempts += len(episodes)
         await work.stop_retired(
             self.hooks, self.fence, self.clock, self._changed, episodes, deadline_ts
         )

@@ -15,7 +15,6 @@ under its lock before any hook I/O, and a refused call has no effect.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode, capture_keys
@@ -24,19 +23,6 @@ from envckpt.machines.tables import PHASES_OPEN
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.open_checkpoint import OpenCheckpoint, RestoreArgs
 from envckpt.protocol import ErrorCode, Phase
-
-
-@dataclass(slots=True)
-class AdmissionCounters:
-    """Calls of episode work admitted, and refused per code (status and metrics)."""
-
-    admitted: int = 0
-    refused: dict[str, int] = field(default_factory=dict)
-
-    def refused_with(self, code: ErrorCode, detail: str) -> ParticipantError:
-        """Count one refusal and return the error to raise."""
-        self.refused[code] = self.refused.get(code, 0) + 1
-        return ParticipantError(code, detail)
 
 
 def admission_refusal(

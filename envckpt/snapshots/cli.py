@@ -34,8 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
+from envckpt.progress import BYTES, ProgressBar
 from envckpt.snapshots import render
 from envckpt.snapshots.details import describe
 from envckpt.snapshots.verify import VerifyReport, verify_snapshot_dir
@@ -193,15 +192,10 @@ def _verify_one(entry: SnapshotEntry, progress: str) -> VerifyReport:
     large = entry.size >= LARGE_SNAPSHOT_BYTES
     if progress == "never" or (progress == "auto" and not large):
         return verify_snapshot_dir(entry.path)
-    columns = (
-        TextColumn("verifying {task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=render.make_console(sys.stderr)) as bar:
-        task = bar.add_task(entry.checkpoint_id, total=max(entry.size, 1))
-        return verify_snapshot_dir(entry.path, on_bytes=lambda n: bar.advance(task, n))
+    # A rich bar on a terminal, plain lines in a log (envckpt.progress).
+    label = f"verifying {entry.checkpoint_id}"
+    with ProgressBar(label, max(entry.size, 1), unit=BYTES) as bar:
+        return verify_snapshot_dir(entry.path, on_bytes=bar.advance)
 
 
 def _prune(catalog: SnapshotCatalog, args: argparse.Namespace) -> int:

@@ -42,6 +42,8 @@ class EarlyResume:
         self._context = context
         self._clock = clock
         self._leaving: asyncio.Future[float] | None = None
+        # When the resume began (the record's resume phase runs from here).
+        self.started_at: float | None = None
 
     async def enter(self) -> EnvironmentSnapshot | None:
         """Pause and commit the environment (phase 2)."""
@@ -49,6 +51,7 @@ class EarlyResume:
 
     def start(self) -> None:
         """Begin resuming the environment; ``resumed_at`` says when it ended."""
+        self.started_at = self._clock.now()
         self._leaving = asyncio.ensure_future(self._leave())
 
     async def _leave(self) -> float:

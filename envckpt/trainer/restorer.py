@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +56,9 @@ from envckpt.errors import (
     IllegalTransition,
     IncompatibleCheckpoint,
 )
-from envckpt.interfaces import EnvironmentCheckpoint
+from envckpt.interfaces import EnvironmentCheckpoint, RestoredEnvironmentRollouts
+from envckpt.telemetry.observers import TelemetryObserver, TelemetryRecorder
+from envckpt.telemetry.restore_record import RestoreTelemetry
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.candidate import CheckedCandidate, SidecarReader, check_candidate
 from envckpt.trainer.dataplane import SqliteDataPlane
@@ -68,6 +70,7 @@ from envckpt.trainer.job_errors import (
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.ledger_entry import RestartPlan
+from envckpt.trainer.restore_telemetry import RestoreClock
 from envckpt.trainer.root_entries import Published, report_foreign
 from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import SnapshotManifest
@@ -99,6 +102,13 @@ class RestoreReport:
     cleared_rows: int = 0
     debris_removed: int = 0
     lock: RootLock | None = None
+    # The restore's record (``envckpt.telemetry``); ``metrics`` are its scalars.
+    telemetry: RestoreTelemetry | None = None
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """restore_* figures under their stable names (``envckpt.telemetry.names``)."""
+        return {} if self.telemetry is None else self.telemetry.metrics()
 
     @property
     def refused(self) -> list[tuple[str, str]]:
@@ -118,6 +128,7 @@ class Restorer:
         sidecar_readers: Mapping[str, SidecarReader] | None = None,
         lock: RootLock | None = None,
         allow_fresh_start: bool = False,
+        observers: Iterable[TelemetryObserver] = (),
     ) -> None:
         self.layout = SnapshotLayout(root)
         self.env = env_checkpoint
@@ -126,6 +137,8 @@ class Restorer:
         self.lock = lock
         # Whether a root whose every snapshot is refused may start from scratch (step 5).
         self.allow_fresh_start = allow_fresh_start
+        # Every restore's record: <root>/telemetry.jsonl, then each observer.
+        self.telemetry = TelemetryRecorder(self.layout.root, observers)
 
     async def restore(self, *, data_plane_path: str | os.PathLike[str]) -> RestoreReport:
         lock = self.lock or RootLock.acquire(self.layout.root)
@@ -140,6 +153,7 @@ class Restorer:
 
     async def _restore_newest(self, data_plane_path: Path) -> RestoreReport:
         log = logs.get_logger("envckpt.restorer")
+        clock = RestoreClock()
         debris = len((await asyncio.to_thread(self.layout.clean_debris)).removed)
         listing = await asyncio.to_thread(self.layout.scan)
         report_foreign(listing.foreign, during="restore")
@@ -165,7 +179,8 @@ class Restorer:
             crashpoint("restore.validated")
             considered.append(Considered(snapshot.name, CHOSEN))
             await self._set_aside(refused)
-            report = await self._restore(candidate, considered)
+            clock.checked()
+            report = await self._restore(candidate, considered, clock)
             report.debris_removed = debris
             return report
         await self._refuse_or_start_fresh(refused)
@@ -173,12 +188,16 @@ class Restorer:
             "no usable snapshot; starting fresh", removed_debris=debris, refused=len(considered)
         )
         plane = SqliteDataPlane.fresh(data_plane_path)
+        clock.checked()
+        record = clock.fresh_record(considered=len(considered), refused=len(considered))
+        self.telemetry.restore_ended(record)
         return RestoreReport(
             path=None,
             ledger=RecoveryLedger(data_plane=plane),
             data_plane=plane,
             considered=considered,
             debris_removed=debris,
+            telemetry=record,
         )
 
     async def _refuse_or_start_fresh(self, refused: list[tuple[Published, str]]) -> None:
@@ -203,23 +222,44 @@ class Restorer:
                 report_foreign([snapshot.as_foreign()], during="restore")
 
     async def _restore(
-        self, candidate: CheckedCandidate, considered: list[Considered]
+        self, candidate: CheckedCandidate, considered: list[Considered], clock: RestoreClock
     ) -> RestoreReport:
         path, ledger = candidate.path, candidate.ledger
         plane = candidate.staged_plane.install()
         ledger.attach_data_plane(plane)
+        refused = sum(1 for c in considered if c.outcome == REFUSED)
+        restored: RestoredEnvironmentRollouts | None = None
         try:
-            async with self.env.restored(path) as restored, self.barrier.mutation() as cut:
-                crashpoint("restore.environment_restored")
-                plan = ledger.prepare_for_restart(cut, restored)
-                cleared = plane.clear_orphans(cut, plan.keep_staging_keys)
+            async with self.env.restored(path) as restored:
+                clock.environment_restored()
+                async with self.barrier.mutation() as cut:
+                    crashpoint("restore.environment_restored")
+                    plan = ledger.prepare_for_restart(cut, restored)
+                    cleared = plane.clear_orphans(cut, plan.keep_staging_keys)
+                clock.ledger_done()
+            clock.resumed()
         except Exception as error:
             plane.close()
+            self.telemetry.restore_ended(
+                clock.failed_record(
+                    snapshot=path.name, considered=len(considered), refused=refused, error=error
+                )
+            )
             raise await self._failed(path, error) from error
         except BaseException:
             plane.close()
             raise
         crashpoint("restore.after")
+        record = clock.restored_record(
+            snapshot=path.name,
+            considered=len(considered),
+            refused=refused,
+            continued=plan.continued,
+            abandoned=plan.abandoned,
+            cleared_rows=cleared,
+            restored=restored,
+        )
+        self.telemetry.restore_ended(record)
         logs.get_logger("envckpt.restorer").info(
             "restored",
             snapshot=path.name,
@@ -237,6 +277,7 @@ class Restorer:
             considered=considered,
             sidecars=candidate.sidecars,
             cleared_rows=cleared,
+            telemetry=record,
         )
 
     async def _failed(self, path: Path, error: Exception) -> RestoreFailed:

@@ -54,9 +54,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager as AsyncContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from envckpt import logs
@@ -65,6 +64,8 @@ from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.ids import validate_path_component
 from envckpt.interfaces import EnvironmentCheckpoint, EnvironmentSnapshot, MutationCut
+from envckpt.telemetry.names import SNAPSHOT_FAILURES_TOTAL
+from envckpt.telemetry.observers import TelemetryObserver, TelemetryRecorder
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.dispatch_gate import DispatchGate
@@ -79,6 +80,8 @@ from envckpt.trainer.snapshot_manifest import (
     validate_policy_version,
     validate_step,
 )
+from envckpt.trainer.snapshot_result import SnapshotAttempt, SnapshotResult, exported_episodes
+from envckpt.trainer.snapshot_telemetry import SnapshotStamps
 
 __all__ = [
     "DATA_PLANE_NAME",
@@ -93,41 +96,13 @@ Sidecar = Callable[[MutationCut], bytes]
 _log = logs.get_logger("envckpt.snapshotter")
 
 
-@dataclass
-class SnapshotResult:
-    """One published snapshot. ``metrics`` gains the pause time when the context exits."""
-
-    checkpoint_id: str
-    path: Path
-    exported_episodes: int
-    restarted_rollouts: int
-    metrics: dict[str, float] = field(default_factory=dict)
-    # Set by ``take`` when the snapshot was published but resuming failed.
-    resume_error: str = ""
-    step: int | None = None
-    policy_version: str | None = None
-
-
-@dataclass
-class _Attempt:
-    """One snapshot on its way: where it is, and the times of its phases."""
-
-    checkpoint_id: str
-    paused_at: float
-    step: int | None = None
-    policy_version: str | None = None
-    phase: str = "begin"
-    temporary: Path | None = None
-    published: SnapshotResult | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
 class RolloutSnapshotter:
     """Takes rollout snapshots of environment, data plane and ledger together.
 
     Holds the snapshot root's lock (``RootLock``, re-entrant within a process)
     from construction: a snapshotter never writes into a root another
-    trainer owns.
+    trainer owns. Every snapshot's record goes to ``<root>/telemetry.jsonl``
+    and to each of ``observers`` (``envckpt.telemetry``), after the resume.
     """
 
     def __init__(
@@ -146,6 +121,7 @@ class RolloutSnapshotter:
         lock: RootLock | None = None,
         step: int | None = None,
         policy_version: str | None = None,
+        observers: Iterable[TelemetryObserver] = (),
     ) -> None:
         if keep_latest_k < 1:
             raise ValueError("keep_latest_k must be at least 1")
@@ -167,6 +143,7 @@ class RolloutSnapshotter:
         self.failures_total = 0
         self.last_failure = ""
         self.history: list[SnapshotResult] = []
+        self.telemetry = TelemetryRecorder(self.layout.root, observers)
         self._last_resumed_at: float | None = None
 
     def set_step(self, step: int | None, *, policy_version: str | None = None) -> None:
@@ -231,11 +208,14 @@ class RolloutSnapshotter:
             else validate_policy_version(policy_version)
         )
         async with self.save_lock:
-            attempt = _Attempt(
-                snapshot_id(step),
-                paused_at=self.clock.now(),
-                step=step,
-                policy_version=version,
+            attempt = SnapshotAttempt(
+                SnapshotStamps(
+                    snapshot_id(step),
+                    reason=reason,
+                    paused_at=self.clock.now(),
+                    step=step,
+                    policy_version=version,
+                )
             )
             try:
                 attempt.temporary = self.layout.new_temporary(attempt.checkpoint_id)
@@ -246,23 +226,26 @@ class RolloutSnapshotter:
                         result, env_snapshot = await self._take_resuming_early(attempt, early)
                         yield result
                         # The resume's error, if it failed, goes on after the block (as 7).
+                        attempt.resume_started_at = early.started_at
                         resumed_at = await early.resumed_at()
-                        self._resumed(attempt, result, env_snapshot, reason=reason, at=resumed_at)
+                        self._resumed(attempt, result, reason=reason, at=resumed_at)
                     else:
                         async with self.env.snapshot(attempt.temporary) as env_snapshot:
+                            attempt.env_snapshot = env_snapshot
                             await self._save_under_cut(attempt, env_snapshot)
                             result = await self._publish(attempt, env_snapshot)
                             yield result
-                        self._resumed(attempt, result, env_snapshot, reason=reason)
+                            attempt.resume_started_at = self.clock.now()
+                        self._resumed(attempt, result, reason=reason)
             except BaseException as error:
                 self._failed(attempt, error)
                 raise
 
     async def _take_resuming_early(
-        self, attempt: _Attempt, early: EarlyResume
+        self, attempt: SnapshotAttempt, early: EarlyResume
     ) -> tuple[SnapshotResult, EnvironmentSnapshot | None]:
         """Phases 2-5 with the environment resumed once its capture is checked."""
-        env_snapshot = await early.enter()
+        env_snapshot = attempt.env_snapshot = await early.enter()
         try:
             await self._save_under_cut(attempt, env_snapshot, early=early)
             result = await self._publish(attempt, env_snapshot)
@@ -275,7 +258,7 @@ class RolloutSnapshotter:
 
     async def _save_under_cut(
         self,
-        attempt: _Attempt,
+        attempt: SnapshotAttempt,
         env_snapshot: EnvironmentSnapshot | None,
         *,
         early: EarlyResume | None = None,
@@ -306,7 +289,7 @@ class RolloutSnapshotter:
         )
 
     async def _publish(
-        self, attempt: _Attempt, env_snapshot: EnvironmentSnapshot | None
+        self, attempt: SnapshotAttempt, env_snapshot: EnvironmentSnapshot | None
     ) -> SnapshotResult:
         """Phases 4 and 5: manifest, rename (whole or not at all), prune."""
         attempt.phase = "publish"
@@ -336,22 +319,23 @@ class RolloutSnapshotter:
         crashpoint("snapshot.after_publish")
         return result
 
-    def _write_and_rename(self, attempt: _Attempt) -> tuple[Path, int]:
+    def _write_and_rename(self, attempt: SnapshotAttempt) -> tuple[Path, int]:
         assert attempt.temporary is not None
         manifest = build_snapshot_manifest(
             attempt.temporary,
             checkpoint_id=attempt.checkpoint_id,
             created_at=self.clock.now(),
             metrics=attempt.metrics,
-            step=attempt.step,
-            policy_version=attempt.policy_version,
+            step=attempt.stamps.step,
+            policy_version=attempt.stamps.policy_version,
         )
         path = self.layout.publish(attempt.temporary, manifest)
+        attempt.files = manifest.files
         return path, manifest.size
 
     def _published(
         self,
-        attempt: _Attempt,
+        attempt: SnapshotAttempt,
         path: Path,
         size: int,
         started: float,
@@ -362,11 +346,11 @@ class RolloutSnapshotter:
         result = SnapshotResult(
             checkpoint_id=attempt.checkpoint_id,
             path=path,
-            exported_episodes=_exported(env_snapshot),
+            exported_episodes=exported_episodes(env_snapshot),
             restarted_rollouts=0 if env_snapshot is None else env_snapshot.restarted_rollouts,
             metrics=attempt.metrics,
-            step=attempt.step,
-            policy_version=attempt.policy_version,
+            step=attempt.stamps.step,
+            policy_version=attempt.stamps.policy_version,
         )
         attempt.published = result
         self.history.append(result)
@@ -375,9 +359,8 @@ class RolloutSnapshotter:
 
     def _resumed(
         self,
-        attempt: _Attempt,
+        attempt: SnapshotAttempt,
         result: SnapshotResult,
-        env_snapshot: EnvironmentSnapshot | None,
         *,
         reason: str,
         at: float | None = None,
@@ -386,20 +369,38 @@ class RolloutSnapshotter:
         resumed_at = self.clock.now() if at is None else at
         paused = resumed_at - attempt.paused_at
         result.metrics["snapshot_paused_seconds"] = paused
-        if env_snapshot is not None:
-            result.metrics.update(env_snapshot.metrics(paused))
+        if attempt.env_snapshot is not None:
+            result.metrics.update(attempt.env_snapshot.metrics(paused))
         if reason == "timer":
             self._warn_if_mostly_paused(attempt.paused_at, paused)
         self._last_resumed_at = resumed_at
+        self._record(attempt, result, resumed_at=resumed_at)
         _log.info(
             "snapshot done", checkpoint_id=result.checkpoint_id, reason=reason, **result.metrics
         )
 
-    def _failed(self, attempt: _Attempt, error: BaseException) -> None:
+    def _record(
+        self,
+        attempt: SnapshotAttempt,
+        result: SnapshotResult,
+        *,
+        resumed_at: float,
+        error: str = "",
+    ) -> None:
+        """The published snapshot's record: into ``result.metrics``, the log, the observers."""
+        record = attempt.published_record(result.metrics, resumed_at=resumed_at, error=error)
+        result.metrics.update(record.metrics())
+        result.metrics[SNAPSHOT_FAILURES_TOTAL] = float(self.failures_total)
+        self.telemetry.snapshot_ended(record)
+
+    def _failed(self, attempt: SnapshotAttempt, error: BaseException) -> None:
         """Any phase raised. Before publish: a failed snapshot; after: the snapshot stands."""
         described = f"{type(error).__name__}: {error}"
         if attempt.published is not None:
             self._last_resumed_at = self.clock.now()
+            self._record(
+                attempt, attempt.published, resumed_at=self._last_resumed_at, error=described
+            )
             _log.warning(
                 "snapshot published, then leaving it failed",
                 checkpoint_id=attempt.checkpoint_id,
@@ -411,6 +412,9 @@ class RolloutSnapshotter:
         self.consecutive_failures += 1
         self.failures_total += 1
         self.last_failure = described
+        self.telemetry.snapshot_ended(
+            attempt.failed_record(failed_at=self.clock.now(), error=error)
+        )
         _log.warning(
             "snapshot_failed",
             checkpoint_id=attempt.checkpoint_id,
@@ -443,8 +447,3 @@ class RolloutSnapshotter:
                 paused_seconds=round(paused, 3),
                 running_seconds=round(running, 3),
             )
-
-
-def _exported(env_snapshot: object) -> int:
-    count = getattr(env_snapshot, "exported_episodes", None)
-    return int(count) if isinstance(count, int) else 0

@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from envckpt.clock import Clock
 from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
+from envckpt.telemetry.observers import TelemetryObserver
 from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.job import RolloutBackend, RolloutJob, RolloutTask, StagingRecorder
 from envckpt.trainer.layout import SnapshotLayout
@@ -117,12 +118,15 @@ async def start_trainer(
     signals: JobSignals | None = None,
     on_final_snapshot: Callable[[SnapshotResult], Awaitable[None]] | None = None,
     allow_fresh_start: bool = False,
+    observers: Iterable[TelemetryObserver] = (),
 ) -> StartedTrainer:
     """Steps 1-4 above; ``StartRefused`` or ``RestoreFailed`` when the job must not run.
 
     ``allow_fresh_start``: start from scratch when every snapshot is refused
-    (else ``AllSnapshotsRefused``).
+    (else ``AllSnapshotsRefused``). ``observers`` hear the restore's and every
+    snapshot's telemetry record (``envckpt.telemetry``: a Prometheus exporter, spans).
     """
+    observers = tuple(observers)
     lock = claim_root(root)
     try:
         await facade.check_startup()
@@ -133,6 +137,7 @@ async def start_trainer(
             sidecar_readers={RESULTS_SIDECAR: read_results_sidecar},
             lock=lock,
             allow_fresh_start=allow_fresh_start,
+            observers=observers,
         )
         report = await restorer.restore(data_plane_path=data_plane_path)
     except BaseException:
@@ -154,6 +159,7 @@ async def start_trainer(
         sidecars={RESULTS_SIDECAR: results.to_bytes},
         clock=clock,
         lock=lock,
+        observers=observers,
     )
     job = RolloutJob(
         tasks,

@@ -21,7 +21,7 @@ from envckpt.coordination.coordinator import (
     Coordinator,
 )
 from envckpt.coordination.transport import ControlReply, TransportFailure
-from envckpt.coordination.types import Member, Participants
+from envckpt.coordination.types import Member, Participants, call_seconds
 from envckpt.errors import CoordinationError
 from envckpt.participant import store
 from envckpt.protocol import Kind, Mode
@@ -241,6 +241,20 @@ async def test_prepare_stops_at_the_first_unready_stage() -> None:
     }
     assert "tools" not in cluster.transport.servers_of("prepare")
     await turn.finish()
+
+
+async def test_prepare_and_commit_time_each_participant_s_call(tmp_path: Path) -> None:
+    """Every contacted server has its call's seconds (monotonic), none it did not contact."""
+    cluster = Cluster()
+    participants = await discovered(cluster)
+    turn = await Turn.start(cluster.cores["agent-b"], ep("r1"))
+    blocked = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    assert set(blocked.seconds) == {"env", "policy", "agent-a", "agent-b"}  # tools not reached
+    assert all(seconds >= 0 for seconds in blocked.seconds.values())
+    await turn.finish()
+    await cluster.coordinator.resume(participants, "c1", deadline_ts=cluster.deadline())
+    _, _, replies = await committed_cluster(tmp_path)
+    assert set(call_seconds(replies)) == set(replies) == set(cluster.cores)
 
 
 async def test_prepare_unready_environment_leaves_every_later_stage_idle() -> None:

@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envckpt.coordination.types import (
+    ControlReplies,
     Member,
     Participants,
     PrepareResult,
+    call_seconds,
     interned_member,
     interned_participants,
 )
@@ -178,3 +180,25 @@ def test_restarts_are_the_union_and_continued_is_the_rest_in_order(
     union = {EnvironmentEpisode.from_capture_key(k) for keys in per_server.values() for k in keys}
     assert result.restarts() == union
     assert result.continued(episodes) == tuple(e for e in episodes if e not in union)
+
+
+# ------------------------------------------------------------- call timings
+
+
+def test_control_replies_are_a_dict_with_each_call_s_seconds() -> None:
+    """A dict of replies to callers that index it; call_seconds reads its timings."""
+    replies = ControlReplies({"a": 0.25}, {"a": {"phase": "prepared"}})
+    assert replies == {"a": {"phase": "prepared"}} and isinstance(replies, dict)
+    assert call_seconds(replies) == {"a": 0.25}
+    assert call_seconds({"a": {}}) == {}  # a coordination that does not time its calls
+
+
+def test_a_prepare_result_keeps_a_read_only_copy_of_its_timings() -> None:
+    """The seconds given are copied; none given is empty."""
+    seconds = {"agent": 0.5}
+    result = PrepareResult(prepared=True, replies={}, seconds=seconds)
+    seconds["agent"] = 9.0
+    assert result.seconds == {"agent": 0.5}
+    with pytest.raises(TypeError):
+        result.seconds["agent"] = 1.0  # type: ignore[index]
+    assert PrepareResult(prepared=True, replies={}).seconds == {}

@@ -94,6 +94,24 @@ async def test_collect_keys_results_and_errors_by_instance() -> None:
     assert isinstance(errors[B.instance_id], GymCheckpointUnavailable)
 
 
+async def test_collect_times_each_instance_s_call_when_asked() -> None:
+    """``seconds`` receives every instance's call time, failed calls included."""
+    world = FacadeWorld()
+    seconds: dict[str, float] = {}
+
+    async def call(instance: InstanceClient) -> str:
+        await asyncio.sleep(0.01)
+        if instance.instance_id == B.instance_id:
+            raise unavailable(instance.instance_id)
+        return await instance.state()
+
+    await world.fan_out.collect(call, seconds=seconds)
+    assert set(seconds) == {A.instance_id, B.instance_id}
+    assert all(value >= 0.009 for value in seconds.values())
+    with pytest.raises(GymCheckpointUnavailable):
+        await world.fan_out.require("prepare", call, seconds=seconds)
+
+
 async def test_collect_calls_only_the_chosen_instances() -> None:
     """With ``instances`` given, only those are called."""
     world = FacadeWorld()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from envckpt.coordination.types import Member, Participants
+from envckpt.coordination.types import ControlReplies, Member, Participants
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ProtocolViolation
 from envckpt.gym import replies
@@ -285,3 +285,17 @@ def test_an_agents_restored_list_must_be_a_list_of_strings() -> None:
     raw = restore_replies()
     raw["agent-a"]["restored"] = "a-a1"
     restore_violation(raw, "participant 'agent-a' replied without a list of restored")
+
+
+def test_the_commit_summary_keeps_each_participant_s_records_and_call_seconds() -> None:
+    """Records from each reply's manifest (a malformed count is not one), seconds from the
+    coordinator's timed replies."""
+    raw = commit_replies()
+    raw["agent-a"]["manifest"] = {"record_count": 2}
+    raw["agent-b"]["manifest"] = {"record_count": "1"}
+    raw["tools"]["manifest"] = {"record_count": True}
+    timed = ControlReplies({"policy": 0.1, "agent-a": 0.2}, raw)
+    summary = replies.commit_summary(PARTICIPANTS, SCOPE, timed)
+    assert summary.participant_records == {"agent-a": 2}
+    assert summary.participant_seconds == {"policy": 0.1, "agent-a": 0.2}
+    assert replies.commit_summary(PARTICIPANTS, SCOPE, commit_replies()).participant_seconds == {}

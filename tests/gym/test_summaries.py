@@ -217,3 +217,23 @@ def test_a_commit_summary_of_gym_objects_equals_one_of_ours() -> None:
     assert theirs == ours
     with pytest.raises(ValueError, match="attribute exactly"):
         GymCheckpointCommitSummary((G1,), ("k1", "k2"), ("agent",), {G1: ("k1",)})
+
+
+def test_summaries_carry_each_participant_s_seconds_and_records_across_a_pickle() -> None:
+    """from_result keeps a PrepareResult's timings (Gym's own result has none); a commit
+    summary keeps its participants' seconds and records through pickle (a Ray actor)."""
+    timed = PrepareResult(
+        prepared=True, replies={"agent": {"phase": "prepared"}}, seconds={"agent": 0.3}
+    )
+    assert GymCheckpointPrepareSummary.from_result(timed).participant_seconds == {"agent": 0.3}
+    untimed = SimpleNamespace(prepared=True, blockers=dict, restarts=tuple)
+    assert GymCheckpointPrepareSummary.from_result(untimed).participant_seconds == {}
+    commit = GymCheckpointCommitSummary(
+        exported_episodes=(),
+        staging_keys=(),
+        participants=("agent",),
+        participant_seconds={"agent": 0.2},
+        participant_records={"agent": 4},
+    )
+    copy = pickle.loads(pickle.dumps(commit))
+    assert (copy.participant_seconds, copy.participant_records) == ({"agent": 0.2}, {"agent": 4})

@@ -49,17 +49,6 @@ def prepared(checkpoint_id: str = "c1", **fields: object) -> OpenCheckpoint:
 # ------------------------------------------------------------------ admission
 
 
-def test_admission_counters_count_each_refusal_by_code() -> None:
-    """refused_with counts per code and returns the error to raise."""
-    counters = rules.AdmissionCounters()
-    error = counters.refused_with(ErrorCode.ADMISSION_CLOSED, "open")
-    counters.refused_with(ErrorCode.ADMISSION_CLOSED, "open")
-    counters.refused_with(ErrorCode.STALE_ATTEMPT, "old")
-    assert (error.code, error.detail) == (ErrorCode.ADMISSION_CLOSED, "open")
-    assert counters.refused == {"admission_closed": 2, "stale_attempt": 1}
-    assert counters.admitted == 0
-
-
 def test_episode_work_without_a_rollout_identity_is_refused() -> None:
     """No episode: rollout_id_required, whatever the phase."""
     refusal = rules.admission_refusal(None, AttemptFence(), Phase.IDLE, None)
