@@ -48,6 +48,8 @@ from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
+from envckpt.participant.model_calls import STATUS_KEY as MODEL_CALLS_KEY
+from envckpt.participant.model_calls import ModelCalls
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
@@ -76,6 +78,7 @@ class ParticipantCore:
         gym_instance_id: str | None = None,
         checkpoint_root: str | os.PathLike[str] | None = None,
         max_lease_seconds: float = DEFAULT_MAX_LEASE_SECONDS,
+        model_calls: ModelCalls | None = None,
     ) -> None:
         self.server_name = server_name
         self.kind: Kind = parse_kind(kind)
@@ -87,6 +90,8 @@ class ParticipantCore:
         # What the edge lets a request name (confinement.py); no root: unconfined.
         self.bounds = RequestBounds.of(checkpoint_root, max_lease_seconds=max_lease_seconds)
         self.fence = AttemptFence()
+        # A policy model's generations, which a prepare may refuse (model_calls.py).
+        self.model_calls = model_calls
         self._phase = _PHASES.new(server_name)
         self.set_gym_instance(gym_instance_id)
         self._lock = asyncio.Lock()
@@ -133,7 +138,9 @@ class ParticipantCore:
     async def status(self) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
+            extra = {} if self.model_calls is None else {MODEL_CALLS_KEY: self.model_calls.status()}
             return {
+                **extra,
                 "kind": self.kind,
                 "mode": self.mode,
                 "instance": self.instance,
@@ -202,13 +209,22 @@ class ParticipantCore:
             return open_.prepare_reply
 
     async def _wait_for_boundary(self, checkpoint_id: str, deadline_ts: float) -> None:
+        calls = self.model_calls
+        # When generations still running are refused (model_calls.py); None: never.
+        refuse_at = None if calls is None else calls.refuse_at(self.clock.now(), deadline_ts)
         while True:
             self._changed.clear()
             if self.checkpoint_id != checkpoint_id or self.phase is not Phase.PREPARING:
                 return  # resumed (aborted) meanwhile
             if self.ready():
                 return
-            if not await self.clock.wait_for_event(self._changed, deadline_ts):
+            if calls is not None and refuse_at is not None and self.clock.now() >= refuse_at:
+                refuse_at = None
+                if calls.refuse_generating(checkpoint_id):
+                    self.log.info("model calls refused", checkpoint_id=checkpoint_id)
+                continue  # the refused calls leave their admit and set _changed
+            until = deadline_ts if refuse_at is None else min(refuse_at, deadline_ts)
+            if not await self.clock.wait_for_event(self._changed, until) and until >= deadline_ts:
                 return
 
     async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
@@ -277,7 +293,7 @@ class ParticipantCore:
         return write
 
     async def _write(self, write: CommitWrite, scope: Scope) -> dict[str, Any]:
-        """The write, then ``commit`` fired and restored attempts left out fenced."""
+        """The write, then ``commit`` fired and restored attempts left out deleted."""
         checkpoint_dir, _, stop = write.args
         reply = await export_and_write(
             write,
@@ -294,8 +310,9 @@ class ParticipantCore:
             if open_ is not None and open_.commit is write and self.phase is Phase.PREPARED:
                 _PHASES.fire(self._phase, "commit", checkpoint_id=write.checkpoint_id)
             # Restored attempts that never ran and that the scope leaves out
-            # will not be continued: fence them and free their state.
-            dropped = () if scope is None else self.fence.fence_unstarted_outside(scope)
+            # will not be continued: free their state, but fence nothing (as
+            # Gym does), so the controller may start one over as that attempt.
+            dropped = () if scope is None else self.fence.drop_unstarted_outside(scope)
         if dropped:
             await self.hooks.retire(dropped)
         if stop:
