@@ -25,7 +25,17 @@ MAX_MODULE_LINES = 450
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
-        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "log_lines", "extras"),
+        (
+            "ids",
+            "episodes",
+            "clock",
+            "fsutil",
+            "crashpoints",
+            "logs",
+            "log_lines",
+            "extras",
+            "process_tie",
+        ),
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),

@@ -43,6 +43,7 @@ from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
 from envckpt.nemo_gym import examples
 from envckpt.nemo_gym.job import DeploymentSpec, JobSpec
+from envckpt.process_tie import child_env
 
 RUN_TIMEOUT = 600.0
 GROUP_GONE_SECONDS = 10.0
@@ -117,7 +118,11 @@ def start_job(
         command += ["--interrupt", interruption.to_arg()]
     with (demo.directory / f"trainer-{incarnation}.out").open("ab") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=child_env(os.environ),  # the job dies with this demo (process_tie)
         )
 
 

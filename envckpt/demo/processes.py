@@ -24,6 +24,7 @@ from envckpt.demo.report import ProgressBar, Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge_directory
+from envckpt.process_tie import child_env
 from envckpt.trainer.job_errors import JobExit
 
 # A run that ends with one of these is followed by a restart.
@@ -58,7 +59,8 @@ def start_job(
         command += ["--crash-at", crash_at]
     if ray:
         command.append("--ray")
-    env = {**os.environ, **(tokens or JobTokens.fresh()).trainer_env()}
+    # The trainer (and so its Gym servers) dies with this demo (process_tie).
+    env = child_env({**os.environ, **(tokens or JobTokens.fresh()).trainer_env()})
     log = (settings.directory / f"trainer-{incarnation}.out").open("ab")
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env

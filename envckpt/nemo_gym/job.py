@@ -17,6 +17,16 @@ at the end (``on_progress`` also sees the trainer's progress events, e.g. to
 interrupt the job at a planned moment); with ``control_run`` it then runs every task once more,
 uninterrupted and without snapshots, on the same deployments
 (``control.json``), for comparing rewards. The checks live with the caller.
+
+The moment every rollout is sealed it writes ``results.json`` and records in
+its snapshot root that it finished (``envckpt.trainer.finished``). Started
+again after that (a scheduler's requeue), ``main`` prints ``already
+finished`` and exits 0 before it writes anything. Exit codes are the
+trainer's (``JobExit``): 3 the job cannot start as configured (the snapshot
+root, a port the config names held by another process: ``PortInUse``), 4
+snapshots kept failing, 5 the environment restore failed; each with one line
+on stderr, no traceback. The process dies with the one that started it when
+that one passed ``envckpt.process_tie.child_env``.
 """
 
 from __future__ import annotations
@@ -36,17 +46,20 @@ from typing import Any
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.nemo_gym.settings import write_token_file
+from envckpt.process_tie import tie_to_parent
 from envckpt.trainer.event_log import (
     EVENTS_NAME,
     EventLog,
     progress_event,
     restored_event,
 )
+from envckpt.trainer.finished import FinishedJob, read_finished, record_finished
 from envckpt.trainer.job import RolloutTask
 
 Emit = Callable[..., None]
 Progress = Callable[[str, Mapping[str, Any]], None]
 CONTROL_SUFFIX = ".control"
+SNAPSHOTS_DIR = "snapshots"  # the job's snapshot root, under its directory
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the config is a dict
@@ -75,6 +88,13 @@ class JobSpec:
     policy_latency: float = 0.0
     control_run: bool = False
     prepare_seconds: float = 30.0
+    # What the policy model's prepare does with generations still running.
+    model_calls: str = "wait_then_refuse"
+
+    @property
+    def root(self) -> Path:
+        """The job's snapshot root (where it also records that it finished)."""
+        return self.directory / SNAPSHOTS_DIR
 
     def rollout_tasks(self) -> list[RolloutTask]:
         by_shard = {d.shard: d.instance.instance_id for d in self.deployments}
@@ -99,6 +119,7 @@ class JobSpec:
             "policy_latency": self.policy_latency,
             "control_run": self.control_run,
             "prepare_seconds": self.prepare_seconds,
+            "model_calls": self.model_calls,
         }
 
     @classmethod
@@ -129,6 +150,7 @@ def incarnation_config(
         audit_dir=str(spec.directory / "audit"),
         checkpoint_root=str(spec.directory),  # participants write only under the job
         scripted_policy_latency=spec.policy_latency,
+        model_calls=spec.model_calls,
     )
     config["envckpt"] = block
     capture = dict(config.get("token_id_capture") or {})
@@ -272,7 +294,7 @@ async def _train(
             facade=facade,
             backend=backend,
             barrier=DataPlaneBarrier(),
-            root=spec.directory / "snapshots",
+            root=spec.root,
             data_plane_path=spec.directory / "live.sqlite",
             staging=rows.pending,
             keep_latest_k=spec.keep_latest_k,
@@ -281,14 +303,19 @@ async def _train(
         )
         event, fields = restored_event(started.report, finished_before=len(started.results))
         emit(event, **fields)
+
+        async def finished() -> None:
+            # Every rollout sealed: results durable first, then the root's record.
+            data = json.dumps(dict(started.results.items()), sort_keys=True).encode()
+            atomic_write_bytes(spec.directory / "results.json", data)
+            record_finished(spec.root, results=data, rollouts=len(started.results))
+
+        started.job.on_finished = finished
         try:
             await started.job.run(snapshot_every=spec.snapshot_every)
             results = dict(started.results.items())
         finally:
             started.report.data_plane.close()
-        atomic_write_bytes(
-            spec.directory / "results.json", json.dumps(results, sort_keys=True).encode()
-        )
         emit("done", finished=len(results))
         if spec.control_run:
             rows.control = {}
@@ -335,19 +362,70 @@ def log_to_file(spec: JobSpec, incarnation: int) -> None:
     )
 
 
+def already_finished(spec: JobSpec) -> FinishedJob | None:
+    """The record of this job having finished (a start must then do nothing), or None."""
+    return read_finished(spec.root)
+
+
+def failure_exit(error: BaseException) -> int | None:
+    """The documented exit code for a job that stopped with ``error`` (None: unexpected)."""
+    from envckpt.nemo_gym.launcher import ServersExited
+    from envckpt.trainer.job_errors import JobExit, exit_code_for
+
+    code = exit_code_for(error)
+    if code is not None:
+        return int(code)
+    if isinstance(error, ServersExited):
+        return int(JobExit.START_REFUSED)  # the deployment cannot start as configured
+    return None
+
+
+def run_main(
+    prog: str,
+    spec_path: Path,
+    incarnation: int,
+    run: Callable[[JobSpec, EventLog], Any],
+) -> int:
+    """A job process's ``main`` around ``run(spec, events)``: requeue, logs, exit codes."""
+    spec = JobSpec.load(spec_path)
+    try:
+        record = already_finished(spec)  # reads only: nothing is written before this
+    except Exception as error:
+        code = failure_exit(error)
+        if code is None:
+            raise
+        print(f"{prog}: {error}", file=sys.stderr)
+        return code
+    if record is not None:
+        print(f"{prog}: {record.line(spec.root)}")
+        return 0
+    log_to_file(spec, incarnation)
+    events = EventLog(spec.directory / EVENTS_NAME, incarnation=incarnation)
+    try:
+        run(spec, events)
+    except Exception as error:
+        code = failure_exit(error)
+        if code is None:
+            raise
+        events.emit("stopped", error=type(error).__name__, reason=str(error))
+        print(f"{prog}: {error}", file=sys.stderr)
+        return code
+    finally:
+        events.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    tie_to_parent()  # dies with the process that started it, if that one asked
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
     args = parser.parse_args(argv)
-    spec = JobSpec.load(args.spec)
-    log_to_file(spec, args.incarnation)
-    events = EventLog(spec.directory / EVENTS_NAME, incarnation=args.incarnation)
-    try:
+
+    def run(spec: JobSpec, events: EventLog) -> None:
         asyncio.run(run_job(spec, incarnation=args.incarnation, emit=events.emit))
-    finally:
-        events.close()
-    return 0
+
+    return run_main(parser.prog, args.spec, args.incarnation, run)
 
 
 if __name__ == "__main__":

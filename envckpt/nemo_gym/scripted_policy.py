@@ -210,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from envckpt.nemo_gym.readiness import announce_when_listening
+    from envckpt.process_tie import tie_to_parent
 
+    tie_to_parent()  # dies with the launcher (a no-op when forked: tied already)
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.scripted_policy")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

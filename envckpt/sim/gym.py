@@ -36,6 +36,7 @@ from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, parse_model_calls
 from envckpt.protocol import MODES
 from envckpt.sim.kinds.agent import (
     DEFAULT_PARK_POLL_SECONDS,
@@ -45,7 +46,6 @@ from envckpt.sim.kinds.agent import (
     opening_line,
     turn_lines,
 )
-from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, parse_model_calls
 from envckpt.sim.kinds.common import parse_task
 from envckpt.sim.kinds.model import PolicyModelServer, StagingSink, policy_action
 from envckpt.sim.kinds.resources import ToolServer, effect_value, tool_observation

@@ -46,6 +46,7 @@ from envckpt.http.serve import DEFAULT_HOST, ServerLimits
 from envckpt.http.tokens import TokenUnavailable, secret
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS
 from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, ModelCallPolicy
+from envckpt.process_tie import tie_to_parent
 from envckpt.sim.data_clients import HttpStagingSink
 from envckpt.sim.gym import GymConfig
 from envckpt.sim.gym_servers import GymServers, Serving, judge_app
@@ -229,6 +230,7 @@ def _serving(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Servi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    tie_to_parent()  # dies with the process that started it, if that one asked
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.token is not None or args.rows_token is not None:

@@ -1350,7 +1350,7 @@ async def test_a_commit_retried_after_a_failed_write_writes_again(
 async def test_restored_attempts_left_out_of_a_commit_scope_are_deleted_unfenced(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    """A restored attempt that never ran and is out of the next commit's scope is freed, not fenced."""
+    """A restored attempt that never ran, left out of the next commit's scope, is freed unfenced."""
     source = await committed_dir(tmp_path, clock)
     hooks = JsonStateHooks("agent")
     core = make_core(clock, hooks)

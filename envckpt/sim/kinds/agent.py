@@ -8,7 +8,8 @@ rollout is finished. When a step is refused with ``admission_closed`` (the
 model closes before the agents, per the staged prepare order, or refuses a
 generation already decoding for a checkpoint; or this agent itself is
 closed) the run **parks**: it waits until this server reopens and retries
-the step, so a refused generation is asked for again from the same turn. ``stale_attempt`` ends the run with that error.
+the step, so a refused generation is asked for again from the same turn.
+``stale_attempt`` ends the run with that error.
 
     agent = AgentServer(model=InProcessModelClient(model), tools=InProcessToolClient(tool))
     result = await agent.run({"episode": ep.to_wire(), "task": {"prompt": "p", "turns": 3}})
