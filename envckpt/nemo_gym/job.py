@@ -181,18 +181,37 @@ async def run_job(
     spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None = None
 ) -> dict[str, Any]:
     """Restore (or start fresh), finish every task, write results.json; see the module doc."""
+    from envckpt.trainer.startup import PendingStaging, claim_root
+
+    # Before any server starts: a root this job cannot use refuses at once
+    # (the lock is re-entrant: start_trainer takes it again, in this process).
+    lock = claim_root(spec.root)
+    try:
+        return await _run_job(
+            spec,
+            incarnation=incarnation,
+            emit=emit,
+            on_progress=on_progress,
+            pending=PendingStaging(),
+        )
+    finally:
+        lock.release()
+
+
+async def _run_job(
+    spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None, pending: Any
+) -> dict[str, Any]:
     from fastapi import FastAPI
 
     from envckpt.http.serve import serve
     from envckpt.nemo_gym.staging import staging_router
-    from envckpt.trainer.startup import PendingStaging
 
     run_dir = spec.directory / f"run-{incarnation}"
     run_dir.mkdir(parents=True, exist_ok=True)
     control_token, staging_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     control_file = write_token_file(run_dir / "control.token", control_token)
     staging_file = write_token_file(run_dir / "staging.token", staging_token)
-    rows = RowSink(PendingStaging())
+    rows = RowSink(pending)
     app = FastAPI()
     app.include_router(staging_router(rows.stage, token=staging_token))
     emit("started", pid=os.getpid())
