@@ -26,7 +26,8 @@ from typing import Any
 
 from envckpt import crashpoints
 from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
-from envckpt.nemo_gym.job import JobSpec, run_job, run_main
+from envckpt.nemo_gym.job import JobSpec, run_job
+from envckpt.nemo_gym.job_process import run_main
 from envckpt.process_tie import tie_to_parent
 from envckpt.trainer.event_log import RESTORED, EventLog
 

@@ -48,12 +48,11 @@ from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.nemo_gym.settings import write_token_file
 from envckpt.process_tie import tie_to_parent
 from envckpt.trainer.event_log import (
-    EVENTS_NAME,
     EventLog,
     progress_event,
     restored_event,
 )
-from envckpt.trainer.finished import FinishedJob, read_finished, record_finished
+from envckpt.trainer.finished import record_finished
 from envckpt.trainer.job import RolloutTask
 
 Emit = Callable[..., None]
@@ -366,74 +365,6 @@ async def run_uninterrupted(
     return dict(await asyncio.gather(*(one(task) for task in tasks)))
 
 
-def log_to_file(spec: JobSpec, incarnation: int) -> None:
-    """This process's structured log as JSON lines in ``trainer-<incarnation>.log``."""
-    import structlog
-
-    log = (spec.directory / f"trainer-{incarnation}.log").open("a")
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.WriteLoggerFactory(file=log),
-    )
-
-
-def already_finished(spec: JobSpec) -> FinishedJob | None:
-    """The record of this job having finished (a start must then do nothing), or None."""
-    return read_finished(spec.root)
-
-
-def failure_exit(error: BaseException) -> int | None:
-    """The documented exit code for a job that stopped with ``error`` (None: unexpected)."""
-    from envckpt.nemo_gym.launcher import ServersExited
-    from envckpt.trainer.job_errors import JobExit, exit_code_for
-
-    code = exit_code_for(error)
-    if code is not None:
-        return int(code)
-    if isinstance(error, ServersExited):
-        return int(JobExit.START_REFUSED)  # the deployment cannot start as configured
-    return None
-
-
-def run_main(
-    prog: str,
-    spec_path: Path,
-    incarnation: int,
-    run: Callable[[JobSpec, EventLog], Any],
-) -> int:
-    """A job process's ``main`` around ``run(spec, events)``: requeue, logs, exit codes."""
-    spec = JobSpec.load(spec_path)
-    try:
-        record = already_finished(spec)  # reads only: nothing is written before this
-    except Exception as error:
-        code = failure_exit(error)
-        if code is None:
-            raise
-        print(f"{prog}: {error}", file=sys.stderr)
-        return code
-    if record is not None:
-        print(f"{prog}: {record.line(spec.root)}")
-        return 0
-    log_to_file(spec, incarnation)
-    events = EventLog(spec.directory / EVENTS_NAME, incarnation=incarnation)
-    try:
-        run(spec, events)
-    except Exception as error:
-        code = failure_exit(error)
-        if code is None:
-            raise
-        events.emit("stopped", error=type(error).__name__, reason=str(error))
-        print(f"{prog}: {error}", file=sys.stderr)
-        return code
-    finally:
-        events.close()
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the process that started it, if that one asked
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
@@ -443,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def run(spec: JobSpec, events: EventLog) -> None:
         asyncio.run(run_job(spec, incarnation=args.incarnation, emit=events.emit))
+
+    from envckpt.nemo_gym.job_process import run_main
 
     return run_main(parser.prog, args.spec, args.incarnation, run)
 

@@ -48,12 +48,13 @@ from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
-from envckpt.participant.model_calls import STATUS_KEY as MODEL_CALLS_KEY
-from envckpt.participant.model_calls import ModelCalls
+from envckpt.participant.json_state import NonFinite
+from envckpt.participant.model_calls import ModelCalls, wait_for_boundary
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
-from envckpt.protocol import CAPABILITIES, ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
+from envckpt.participant.status import status_document
+from envckpt.protocol import ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
 DEFAULT_LEASE_GRACE_SECONDS = 600.0
 
@@ -79,8 +80,10 @@ class ParticipantCore:
         checkpoint_root: str | os.PathLike[str] | None = None,
         max_lease_seconds: float = DEFAULT_MAX_LEASE_SECONDS,
         model_calls: ModelCalls | None = None,
+        non_finite: NonFinite = NonFinite.REFUSE,
     ) -> None:
         self.server_name = server_name
+        self.non_finite = non_finite  # NaN in exported state: refused by name, or as Gym writes
         self.kind: Kind = parse_kind(kind)
         self.mode: Mode = parse_mode(mode)
         self.instance = validate_path_component(instance or server_name, what="instance")
@@ -138,21 +141,7 @@ class ParticipantCore:
     async def status(self) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
-            extra = {} if self.model_calls is None else {MODEL_CALLS_KEY: self.model_calls.status()}
-            return {
-                **extra,
-                "kind": self.kind,
-                "mode": self.mode,
-                "instance": self.instance,
-                "server_name": self.server_name,
-                "phase": self.phase,
-                "checkpoint_id": self.checkpoint_id,
-                "lease_expires_at": self.lease_expires_at,
-                "retired_rollouts": self.fence.retired_rollouts,
-                "served_traffic": self.served_traffic,
-                "capabilities": list(CAPABILITIES),
-                "report": self.report(),
-            }
+            return status_document(self)
 
     # ------------------------------------------------------------- admission
 
@@ -209,23 +198,13 @@ class ParticipantCore:
             return open_.prepare_reply
 
     async def _wait_for_boundary(self, checkpoint_id: str, deadline_ts: float) -> None:
-        calls = self.model_calls
-        # When generations still running are refused (model_calls.py); None: never.
-        refuse_at = None if calls is None else calls.refuse_at(self.clock.now(), deadline_ts)
-        while True:
-            self._changed.clear()
-            if self.checkpoint_id != checkpoint_id or self.phase is not Phase.PREPARING:
-                return  # resumed (aborted) meanwhile
-            if self.ready():
-                return
-            if calls is not None and refuse_at is not None and self.clock.now() >= refuse_at:
-                refuse_at = None
-                if calls.refuse_generating(checkpoint_id):
-                    self.log.info("model calls refused", checkpoint_id=checkpoint_id)
-                continue  # the refused calls leave their admit and set _changed
-            until = deadline_ts if refuse_at is None else min(refuse_at, deadline_ts)
-            if not await self.clock.wait_for_event(self._changed, until) and until >= deadline_ts:
-                return
+        def preparing() -> bool:  # False once resumed (aborted) meanwhile
+            return self.checkpoint_id == checkpoint_id and self.phase is Phase.PREPARING
+
+        await wait_for_boundary(
+            checkpoint_id, deadline_ts, clock=self.clock, changed=self._changed,
+            preparing=preparing, ready=self.ready, calls=self.model_calls,
+        )  # fmt: skip
 
     async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
@@ -304,6 +283,8 @@ class ParticipantCore:
             scope=scope,
             current=self.fence.current,
             before_publish=self.before_publish,
+            server=self.server_name,
+            non_finite=self.non_finite,
         )
         async with self._lock:
             open_ = self._open
@@ -345,6 +326,7 @@ class ParticipantCore:
                 kind=self.kind,
                 instance=self.instance,
                 scope=scope,
+                allow_nan=self.non_finite is NonFinite.GYM,
             )
             # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")

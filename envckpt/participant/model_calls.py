@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Iterator
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from envckpt import logs
+from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.protocol import ErrorCode
@@ -171,6 +174,8 @@ class ModelCalls:
                 raise
         finally:
             self._generating.discard(generation)
+            if inspect.iscoroutine(work):
+                work.close()  # refused before it ever ran: no "never awaited" warning
 
     def refuse_generating(self, checkpoint_id: str) -> int:
         """Refuse (cancel) every call not yet delivering; how many were refused."""
@@ -196,3 +201,37 @@ class ModelCalls:
             "in_flight": len(self._generating),
             "refused": self.refused,
         }
+
+
+async def wait_for_boundary(
+    checkpoint_id: str,
+    deadline_ts: float,
+    *,
+    clock: Clock,
+    changed: asyncio.Event,
+    preparing: Callable[[], bool],
+    ready: Callable[[], bool],
+    calls: ModelCalls | None,
+) -> None:
+    """A prepare's wait (outside the core's lock): until ``ready()``, the deadline, or a resume.
+
+    ``changed`` is set whenever a call leaves or the phase changes. With
+    ``calls``, what still generates at ``calls.refuse_at`` is refused, and the
+    wait goes on for the refused calls to leave.
+    """
+    refuse_at = None if calls is None else calls.refuse_at(clock.now(), deadline_ts)
+    while True:
+        changed.clear()
+        if not preparing() or ready():
+            return
+        if calls is not None and refuse_at is not None and clock.now() >= refuse_at:
+            refuse_at = None
+            refused = calls.refuse_generating(checkpoint_id)
+            if refused:
+                logs.get_logger("envckpt.participant").info(
+                    "model calls refused", checkpoint_id=checkpoint_id, refused=refused
+                )
+            continue  # the refused calls leave their admit and set ``changed``
+        until = deadline_ts if refuse_at is None else min(refuse_at, deadline_ts)
+        if not await clock.wait_for_event(changed, until) and until >= deadline_ts:
+            return
