@@ -305,6 +305,8 @@ async def _train(
         if on_progress is not None:  # after the event is logged: it may end the process
             on_progress(event, fields)
 
+    for d, transport in transports.items():
+        await _require_agent_participant(d, transport)
     tasks = spec.rollout_tasks()
     try:
         started = await start_trainer(
@@ -347,6 +349,24 @@ async def _train(
         await backend.aclose()
         for transport in transports.values():
             await transport.aclose()
+
+
+async def _require_agent_participant(deployment: DeploymentSpec, transport: Any) -> None:
+    """The agent rollouts go to must take part in checkpoints, or no snapshot could restore them.
+
+    An agent served unmodified (``plain_servers``) neither exports its runs
+    nor parks them when the model closes for a checkpoint: refused at start.
+    """
+    from envckpt.trainer.job_errors import StartRefused
+
+    reply = await transport.request(deployment.agent, "GET", "status", None, timeout=60.0)
+    body = reply.body if isinstance(reply.body, Mapping) else {}
+    if reply.status != 200 or body.get("kind") != "agent":
+        raise StartRefused(
+            f"deployment {deployment.shard}: its agent {deployment.agent} takes no part in "
+            f"checkpoints (status: {reply.describe()}); a snapshot could not restore its "
+            "rollouts: serve it checkpointable (not in envckpt.plain_servers)"
+        )
 
 
 async def run_uninterrupted(

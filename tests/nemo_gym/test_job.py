@@ -378,3 +378,23 @@ def test_sigkill_of_the_trainer_alone_leaves_no_process(tmp_path: Path) -> None:
             os.killpg(job.pid, signal.SIGKILL)
         for pid in alive(tree):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_deployment_whose_agent_takes_no_part_is_refused_at_start(tmp_path: Path) -> None:
+    """The agent runs unmodified (no participant): no snapshot could restore its rollouts (nor
+    would its /run park for one), so the job refuses to start: exit 3, one line, nothing run."""
+    config = examples.counter_config()
+    config["envckpt"] = {**config["envckpt"], "plain_servers": ["counter_agent"]}
+    spec = counter_job(tmp_path / "job", policy_latency=1.0, model_calls="wait")
+    spec = JobSpec.from_json(
+        {
+            **spec.to_json(),
+            "deployments": [{"shard": "counter", "config": config, "agent": "counter_agent"}],
+        }
+    )
+    spec.save(spec.directory / "job.json")
+    code, output = run_job_process(spec, 1)
+    assert code == 3 and "Traceback" not in output, output[-3000:]
+    assert "counter_agent takes no part in checkpoints" in output
+    events = read_events(spec.directory / "events.jsonl")
+    assert not [e for e in events if e["event"] in ("dispatched", "snapshot")]
