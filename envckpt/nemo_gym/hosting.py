@@ -36,9 +36,9 @@ from pydantic import PrivateAttr
 
 from envckpt.http.apps import hide_docs
 from envckpt.http.routes import mount_participant
-from envckpt.participant.json_state import parse_non_finite
 from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block, expose_docs
 from envckpt.nemo_gym.settings import checkpoint_root as configured_checkpoint_root
+from envckpt.participant.json_state import parse_non_finite
 
 T = TypeVar("T")
 ATTRIBUTE = "_envckpt"
