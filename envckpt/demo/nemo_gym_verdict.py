@@ -148,6 +148,9 @@ def judge_nemo_gym(record: NemoGymRecord) -> Verdict:
         saved=evidence.turns_saved(results),
         recomputed=len(lost),
     )
+    # Generations a snapshot refused, each asked again from the same turn (agents' count).
+    refused = sum(int(_envckpt(r).get("model_calls_refused", 0)) for r in results.values())
+    verdict.number("model_calls_refused", refused)
     return verdict
 
 

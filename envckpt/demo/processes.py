@@ -17,7 +17,13 @@ import sys
 import time
 from typing import Any
 
-from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
+from envckpt.demo.events import (
+    EVENTS_NAME,
+    note_requeue,
+    read_events,
+    record_exit,
+    results_digest,
+)
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
 from envckpt.demo.report import ProgressBar, Verdict
@@ -99,22 +105,35 @@ def watch(
     return process.returncode
 
 
+def incarnations(plan: list[Interruption], first: int) -> range:
+    """The runs to start: from ``first`` (2 or more when resuming) to two past the plan."""
+    return range(first, max(len(plan), first - 1) + 3)
+
+
 def run_processes(
-    settings: DemoSettings, plan: list[Interruption], *, ray: bool = False
+    settings: DemoSettings, plan: list[Interruption], *, ray: bool = False, first: int = 1
 ) -> tuple[Verdict, str]:
-    """Run the job until it finishes (each planned interruption, then a restart)."""
-    save_settings(settings, settings.directory / SETTINGS_NAME)
-    save_plan(plan, settings.directory / PLAN_NAME)
+    """Run the job until it finishes (each planned interruption, then a restart).
+
+    ``first`` above 1 resumes an interrupted demo run (``resume``): its files
+    are in the directory already.
+    """
+    if first == 1:
+        save_settings(settings, settings.directory / SETTINGS_NAME)
+        save_plan(plan, settings.directory / PLAN_NAME)
     exits: dict[int, int | None] = {}
     tokens = JobTokens.fresh()  # one random pair per run, never on a command line
-    for incarnation in range(1, len(plan) + 3):
+    for incarnation in incarnations(plan, first):
         interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
+        before = results_digest(settings.directory)
         process = start_job(
             settings, incarnation, interruption=interruption, ray=ray, tokens=tokens
         )
         code = watch(settings, process, incarnation)
         exits[incarnation] = code
         record_exit(settings.directory, incarnation, code)
+        if code == 0:
+            note_requeue(settings.directory, incarnation, results_before=before)
         if code not in RESTARTED_AFTER:
             break
     record, verdict = judge_directory(settings)
