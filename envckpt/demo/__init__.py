@@ -41,6 +41,18 @@ JOB_EXITS = (
     int(JobExit.RESTORE_FAILED),
 )
 UNUSABLE = "cannot use"
+DEFAULT_SNAPSHOT_EVERY = 0.5
+# A snapshot refuses the generations still running; each is asked again after
+# resume. Snapshots closer together than a generation takes would refuse the
+# same calls every time and no rollout would move: leave each room for two.
+GENERATIONS_BETWEEN_SNAPSHOTS = 2.5
+
+
+def snapshot_every(given: float | None, generation_seconds: float | None) -> float:
+    """The seconds between snapshots: as given, else long enough for generations to finish."""
+    if given is not None:
+        return given
+    return max(DEFAULT_SNAPSHOT_EVERY, GENERATIONS_BETWEEN_SNAPSHOTS * (generation_seconds or 0.0))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,8 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--snapshot-every",
         type=float,
-        default=0.5,
-        help="seconds between snapshots, at least (never under 3x the last pause)",
+        default=None,
+        help="seconds between snapshots, at least (never under 3x the last pause); default "
+        "0.5, and with --generation-seconds G at least 2.5 G",
     )
     parser.add_argument(
         "--in-process",
@@ -195,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         rollouts=40 if args.rollouts is None else args.rollouts,
         seed=args.seed,
         directory=directory,
-        snapshot_every=args.snapshot_every,
+        snapshot_every=DEFAULT_SNAPSHOT_EVERY
+        if args.snapshot_every is None
+        else args.snapshot_every,
     )
     plan = plan_interruptions(seed=args.seed, kills=kills, preempt=args.preempt)
     if args.nemo_gym:
@@ -213,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             directory=directory,
             rollouts=NEMO_GYM_ROLLOUTS if args.rollouts is None else args.rollouts,
             seed=args.seed,
-            snapshot_every=args.snapshot_every,
+            snapshot_every=snapshot_every(args.snapshot_every, args.generation_seconds),
             **timing,
         )
         verdict, text = run_nemo_gym(demo, plan)
