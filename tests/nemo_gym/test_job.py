@@ -264,18 +264,29 @@ def tree_state(directory: Path) -> dict[str, tuple[int, int, int, int]]:
     return state
 
 
-def test_a_finished_job_run_again_is_a_no_op(tmp_path: Path) -> None:
-    """A requeue of a finished job: exit 0, 'already finished', no file under it changed."""
-    spec = counter_job(tmp_path / "job")
-    code, output = run_job_process(spec, 1)
-    assert code == 0, output[-3000:]
+def test_a_job_killed_after_it_finished_requeues_as_a_no_op(tmp_path: Path) -> None:
+    """Killed after every rollout sealed (during its control run): run again it exits 0 with
+    'already finished', redoes no rollout, and no file under its directory changes."""
+    spec = counter_job(tmp_path / "job", control_run=True, policy_latency=0.5)
+    job = start(spec, 1)
+    try:
+        give_up = time.monotonic() + 240
+        while not any(e["event"] == "done" for e in read_events(spec.directory / "events.jsonl")):
+            assert job.poll() is None and time.monotonic() < give_up, (
+                spec.directory / "job-1.out"
+            ).read_text()[-3000:]
+            time.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)  # the whole job, before its control run ends
+        job.wait()
     results = json.loads((spec.directory / "results.json").read_text())
     assert set(results) == {"count-0", "count-1"}
     assert (spec.root / "FINISHED.json").exists()
     before = tree_state(spec.directory)
     code, output = run_job_process(spec, 2, timeout=60)
     assert code == 0 and "already finished" in output and "Traceback" not in output, output
-    assert tree_state(spec.directory) == before
+    assert tree_state(spec.directory) == before  # the audit included: no tool call again
 
 
 def test_a_damaged_finished_record_refuses_the_start(tmp_path: Path) -> None:
