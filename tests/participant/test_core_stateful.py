@@ -557,7 +557,8 @@ class CoreMachine(RuleBasedStateMachine):
             self.turns.remove(turn)
         for generation in [g for g in self.generations if g.episode not in self.model.in_flight]:
             assert generation.task is not None
-            self.run(_join(generation.task))  # released by the retire; a retired one records nothing
+            # Released by the retire; a retired one records nothing.
+            self.run(_join(generation.task))
             self.generations.remove(generation)
 
     @rule(pick=PICKS, rollout=ROLLOUTS, late=LATE)
