@@ -325,7 +325,7 @@ def _launch_once(
                     str(port),
                     "--ready-file",
                     str(ready),
-                    "--latency",
+                    "--generation-seconds",
                     str(float(block.get("scripted_policy_latency") or 0.0)),
                 ],
                 env=os.environ,
