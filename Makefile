@@ -11,8 +11,10 @@ EDITABLE := --config-settings editable_mode=compat
 
 .PHONY: demo test install lint typecheck pytest bench statecharts mermaid clean verify mutation
 
+# The run's directory is kept (build/demo, cleared at the next run); the demo
+# ends by naming it and its verdict.json.
 demo: $(STAMP)
-	$(BIN)/envckpt demo
+	$(BIN)/envckpt demo --dir $(BUILD)/demo --force
 
 test: $(STAMP) lint typecheck pytest
 

@@ -27,7 +27,7 @@ MAX_MODULE_LINES = 450
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
-        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "extras"),
+        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "extras", "process_tie"),
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),

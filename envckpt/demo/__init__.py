@@ -3,16 +3,22 @@
     envckpt demo [--instances N] [--rollouts M] [--seed S] [--kills K] [--preempt]
                  [--dir PATH [--force]] [--in-process | --ray]
     envckpt demo --nemo-gym [--rollouts M] [--seed S] [--kills K] [--dir PATH [--force]]
+                 [--generation-seconds G] [--prepare-seconds P]
+    envckpt demo --dir PATH --resume       # go on with a demo run that was interrupted
 
 Prints a table of runs and restores, the work saved, and a verdict computed
-from what happened; writes ``verdict.json`` into its directory and exits
-non-zero when the verdict fails.
+from what happened; writes ``verdict.json`` into its directory (kept, and
+named at the end, also when it is a temporary one). Exit codes: 0 the
+verdict passed; 1 it failed; 2 bad arguments; 3 the directory cannot be used
+or the job refused to start; 4 the job's snapshots kept failing; 5 its
+environment restore failed (the job's own codes, ``JobExit``, with its line).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import shutil
 import sys
@@ -22,9 +28,31 @@ from pathlib import Path
 import structlog
 
 from envckpt.demo.plan import plan_interruptions
+from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import DemoSettings
+from envckpt.trainer.job_errors import JobExit
 
 NEMO_GYM_ROLLOUTS = 10
+# The job's own exit codes the demo passes on (its refusal to start, failing
+# snapshots, a failed restore), each with the job's last line.
+JOB_EXITS = (
+    int(JobExit.START_REFUSED),
+    int(JobExit.SNAPSHOTS_FAILING),
+    int(JobExit.RESTORE_FAILED),
+)
+UNUSABLE = "cannot use"
+DEFAULT_SNAPSHOT_EVERY = 0.5
+# A snapshot refuses the generations still running; each is asked again after
+# resume. Snapshots closer together than a generation takes would refuse the
+# same calls every time and no rollout would move: leave each room for two.
+GENERATIONS_BETWEEN_SNAPSHOTS = 2.5
+
+
+def snapshot_every(given: float | None, generation_seconds: float | None) -> float:
+    """The seconds between snapshots: as given, else long enough for generations to finish."""
+    if given is not None:
+        return given
+    return max(DEFAULT_SNAPSHOT_EVERY, GENERATIONS_BETWEEN_SNAPSHOTS * (generation_seconds or 0.0))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,14 +81,34 @@ def _parser() -> argparse.ArgumentParser:
         "--dir",
         type=Path,
         default=None,
-        help="where the run's files go (default: a temporary directory); must be empty",
+        help="where the run's files go (default: a new temporary directory, kept); "
+        "must be empty (or --force, or --resume)",
     )
     parser.add_argument("--force", action="store_true", help="clear a non-empty --dir first")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted demo run in --dir (its settings and plan come from there)",
+    )
+    parser.add_argument(
+        "--generation-seconds",
+        type=float,
+        default=None,
+        help="--nemo-gym: seconds each model call takes (default 0.15; a real model: 10-60)",
+    )
+    parser.add_argument(
+        "--prepare-seconds",
+        type=float,
+        default=None,
+        help="--nemo-gym: a snapshot's prepare budget; generations still running half-way "
+        "through it are refused and asked again after resume (default 30)",
+    )
+    parser.add_argument(
         "--snapshot-every",
         type=float,
-        default=0.5,
-        help="seconds between snapshots, at least (never under 3x the last pause)",
+        default=None,
+        help="seconds between snapshots, at least (never under 3x the last pause); default "
+        "0.5, and with --generation-seconds G at least 2.5 G",
     )
     parser.add_argument(
         "--in-process",
@@ -85,7 +133,7 @@ def prepare_directory(directory: Path, *, force: bool) -> str | None:
     """
     directory = directory.expanduser()
     if directory.exists() and not directory.is_dir():
-        return f"{directory} exists and is not a directory"
+        return f"{UNUSABLE} {directory}: it exists and is not a directory"
     if directory.is_dir() and any(directory.iterdir()):
         if not force:
             return f"{directory} is not empty; pick an empty one, or pass --force to clear it"
@@ -101,7 +149,7 @@ def prepare_directory(directory: Path, *, force: bool) -> str | None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        return f"cannot create {directory}: {error.strerror or error}"
+        return f"{UNUSABLE} {directory}: {error.strerror or error}"
     return None
 
 
@@ -117,6 +165,12 @@ def _check_nemo_gym_args(parser: argparse.ArgumentParser, args: argparse.Namespa
             parser.error(f"--nemo-gym does not take {flag}")
     if args.rollouts is not None and args.rollouts < 2:
         parser.error("--nemo-gym needs at least 2 rollouts, one per deployment")
+    for flag, value in (
+        ("--generation-seconds", args.generation_seconds),
+        ("--prepare-seconds", args.prepare_seconds),
+    ):
+        if value is not None and not value > 0:
+            parser.error(f"{flag} must be above 0")
     if importlib.util.find_spec("responses_api_agents") is None:
         parser.error("--nemo-gym needs nemo-gym 0.7.0 installed (make install does it)")
 
@@ -128,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--in-process and --ray exclude each other")
     if args.nemo_gym:
         _check_nemo_gym_args(parser, args)
+    elif args.generation_seconds is not None or args.prepare_seconds is not None:
+        parser.error("--generation-seconds and --prepare-seconds go with --nemo-gym")
+    if args.resume:
+        _check_resume_args(parser, args)
     kills = args.kills if args.kills is not None else (1 if args.preempt else 2)
     if kills < 1:
         parser.error("--kills must be at least 1: the demo shows a restore")
@@ -135,49 +193,135 @@ def main(argv: list[str] | None = None) -> int:
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(40),  # errors only
         )
-    temporary = args.dir is None
-    directory = Path(tempfile.mkdtemp(prefix="envckpt-demo-")) if temporary else args.dir
-    problem = None if temporary else prepare_directory(directory, force=args.force)
-    if problem is not None:
-        print(f"envckpt demo: {problem}", file=sys.stderr)
-        return 2
+    if args.dir is None:
+        directory = Path(tempfile.mkdtemp(prefix="envckpt-demo-"))
+    else:
+        directory = args.dir.expanduser().absolute()  # a relative one, from here
+        problem = None if args.resume else prepare_directory(directory, force=args.force)
+        if problem is not None:
+            print(f"envckpt demo: {problem}", file=sys.stderr)
+            return 3 if problem.startswith(UNUSABLE) else 2
+    if args.resume:
+        return _resume(args, directory)
     settings = DemoSettings(
         instances=4 if args.instances is None else args.instances,
         rollouts=40 if args.rollouts is None else args.rollouts,
         seed=args.seed,
         directory=directory,
-        snapshot_every=args.snapshot_every,
+        snapshot_every=DEFAULT_SNAPSHOT_EVERY
+        if args.snapshot_every is None
+        else args.snapshot_every,
     )
     plan = plan_interruptions(seed=args.seed, kills=kills, preempt=args.preempt)
-    try:
-        if args.nemo_gym:
-            from envckpt.demo.nemo_gym import NemoGymDemo, run_nemo_gym
+    if args.nemo_gym:
+        from envckpt.demo.nemo_gym import NemoGymDemo, run_nemo_gym
 
-            demo = NemoGymDemo(
-                directory=directory,
-                rollouts=NEMO_GYM_ROLLOUTS if args.rollouts is None else args.rollouts,
-                seed=args.seed,
-                snapshot_every=args.snapshot_every,
+        timing = {
+            name: value
+            for name, value in (
+                ("policy_latency", args.generation_seconds),
+                ("prepare_seconds", args.prepare_seconds),
             )
-            verdict, text = run_nemo_gym(demo, plan)
-        elif args.in_process:
-            from envckpt.demo.inprocess import run_demo
+            if value is not None
+        }
+        demo = NemoGymDemo(
+            directory=directory,
+            rollouts=NEMO_GYM_ROLLOUTS if args.rollouts is None else args.rollouts,
+            seed=args.seed,
+            snapshot_every=snapshot_every(args.snapshot_every, args.generation_seconds),
+            **timing,
+        )
+        verdict, text = run_nemo_gym(demo, plan)
+    elif args.in_process:
+        from envckpt.demo.inprocess import run_demo
 
-            verdict, text = asyncio.run(run_demo(settings, plan))
-        else:
-            from envckpt.demo.processes import run_processes
+        verdict, text = asyncio.run(run_demo(settings, plan))
+    else:
+        from envckpt.demo.processes import run_processes
 
-            verdict, text = run_processes(settings, plan, ray=args.ray)
-    finally:
-        if temporary:
-            shutil.rmtree(directory, ignore_errors=True)
+        verdict, text = run_processes(settings, plan, ray=args.ray)
+    return _report(verdict, text, directory)
+
+
+def _check_resume_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--resume goes on with what --dir holds: it takes no settings of its own."""
+    if args.dir is None:
+        parser.error("--resume needs --dir: the directory of the run to continue")
+    given = [
+        flag
+        for flag, value in (
+            ("--force", args.force),
+            ("--instances", args.instances is not None),
+            ("--rollouts", args.rollouts is not None),
+            ("--kills", args.kills is not None),
+            ("--preempt", args.preempt),
+            ("--in-process", args.in_process),
+            ("--generation-seconds", args.generation_seconds is not None),
+            ("--prepare-seconds", args.prepare_seconds is not None),
+        )
+        if value
+    ]
+    if given:
+        parser.error(f"--resume takes its settings from --dir, not from {', '.join(given)}")
+
+
+def _resume(args: argparse.Namespace, directory: Path) -> int:
+    from envckpt.demo.plan import PLAN_NAME, load_plan
+    from envckpt.demo.resume import resume_point
+
+    try:
+        point = resume_point(directory)
+    except (ValueError, OSError) as error:
+        print(f"envckpt demo: cannot resume: {error}", file=sys.stderr)
+        return 3
+    plan = load_plan(directory / PLAN_NAME)
+    if point.finished:
+        print(f"envckpt demo: the run in {directory} finished; its job runs again (a requeue)")
+    if point.nemo_gym:
+        from envckpt.demo.nemo_gym import NemoGymDemo, run_nemo_gym
+
+        demo = NemoGymDemo.from_directory(directory)
+        verdict, text = run_nemo_gym(demo, plan, first=point.next_incarnation)
+    else:
+        from envckpt.demo.processes import run_processes
+        from envckpt.demo.scenario import SETTINGS_NAME, load_settings
+
+        settings = load_settings(directory / SETTINGS_NAME)
+        settings = dataclasses.replace(settings, directory=directory)
+        verdict, text = run_processes(settings, plan, ray=args.ray, first=point.next_incarnation)
+    return _report(verdict, text, directory)
+
+
+def _report(verdict: Verdict, text: str, directory: Path) -> int:
+    """Print the tables and the verdict, name the directory; the exit code."""
     print(text)
     print()
     print(verdict.render())
-    if not temporary:
-        print(f"checkpoints, results and verdict.json are in {directory}")
-        print(f"see the run as one page: envckpt report {directory}")
-    return 0 if verdict.passed else 1
+    print(f"run directory: {directory}")
+    print(f"verdict: {directory / 'verdict.json'}")
+    print(f"see the run as one page: envckpt report {directory}")
+    if verdict.passed:
+        return 0
+    stopped = job_stopped(directory)
+    if stopped is not None:
+        code, line = stopped
+        print(f"envckpt demo: the job stopped with exit {code}: {line}", file=sys.stderr)
+        return code
+    return 1
+
+
+def job_stopped(directory: Path) -> tuple[int, str] | None:
+    """The job's own documented exit (3, 4, 5) that ended the run, and its last line; or None."""
+    from envckpt.demo.events import EVENTS_NAME, read_events
+
+    exits = [e for e in read_events(directory / EVENTS_NAME) if e["event"] == "exited"]
+    if not exits or exits[-1].get("code") not in JOB_EXITS:
+        return None
+    last = exits[-1]
+    output = directory / f"trainer-{last['incarnation']}.out"
+    lines = output.read_text(errors="replace").splitlines() if output.exists() else []
+    said = [line for line in lines if line.strip()]
+    return int(last["code"]), said[-1] if said else "(no output)"
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 
 Each Gym server is a child ``python -m envckpt.sim.server`` process of the
 trainer, in the trainer's process group, so a SIGKILL of the group takes
-both down, as a node failure would. Its tokens (``JobTokens``: one for the
+both down, as a node failure would; each also dies with the trainer alone
+(``envckpt.process_tie``). Its tokens (``JobTokens``: one for the
 control plane, another for the trainer's rows endpoint) reach it through its
 environment, never its command line, and its participants may only write
 under the demo's directory (``--checkpoint-root``). Each writes its events as
@@ -35,6 +36,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.http.tokens import new_token, require_strong_token
+from envckpt.process_tie import child_env
 from envckpt.sim.http_gym import HttpGym
 from envckpt.trainer.job import RolloutBackend
 
@@ -141,7 +143,7 @@ async def gym_processes(
                         "--log-json",
                         str(run_dir / f"gym-{index}-{incarnation}.jsonl"),
                     ],
-                    env=env,
+                    env=child_env(env),  # dies with this trainer (process_tie)
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )

@@ -34,15 +34,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from envckpt.demo.events import record_exit
+from envckpt.demo.events import note_requeue, record_exit, results_digest
 from envckpt.demo.nemo_gym_verdict import SPEC_NAME, judge_nemo_gym_directory
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.processes import RESTARTED_AFTER, watch
+from envckpt.demo.processes import RESTARTED_AFTER, incarnations, watch
 from envckpt.demo.report import Verdict, table
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
 from envckpt.nemo_gym import examples
-from envckpt.nemo_gym.job import DeploymentSpec, JobSpec
+from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
+from envckpt.process_tie import child_env
 
 RUN_TIMEOUT = 600.0
 GROUP_GONE_SECONDS = 10.0
@@ -56,9 +57,13 @@ class NemoGymDemo:
     rollouts: int = 10
     seed: int = 0
     snapshot_every: float = 0.5
-    # Each model call takes this long, so snapshots find rollouts mid-loop.
+    # Each model call takes this long, so snapshots find rollouts mid-loop
+    # (``--generation-seconds``: a real policy model takes 10-60 s).
     policy_latency: float = 0.15
     in_flight_per_instance: int = 3
+    # The snapshot's prepare budget (``--prepare-seconds``); generations still
+    # running half-way through it are refused and asked again after resume.
+    prepare_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if self.rollouts < 2:
@@ -86,6 +91,20 @@ class NemoGymDemo:
             policy_latency=self.policy_latency,
             in_flight_per_instance=self.in_flight_per_instance,
             control_run=True,
+            prepare_seconds=self.prepare_seconds,
+        )
+
+    @classmethod
+    def from_directory(cls, directory: Path) -> NemoGymDemo:
+        """The demo whose job spec ``directory`` holds (to resume it)."""
+        spec = JobSpec.load(directory / SPEC_NAME)
+        return cls(
+            directory=directory,
+            rollouts=len(spec.tasks),
+            snapshot_every=spec.snapshot_every,
+            policy_latency=spec.policy_latency,
+            in_flight_per_instance=spec.in_flight_per_instance or 3,
+            prepare_seconds=spec.prepare_seconds,
         )
 
     def settings(self) -> DemoSettings:
@@ -117,7 +136,11 @@ def start_job(
         command += ["--interrupt", interruption.to_arg()]
     with (demo.directory / f"trainer-{incarnation}.out").open("ab") as out:
         return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=child_env(os.environ),  # the job dies with this demo (process_tie)
         )
 
 
@@ -139,20 +162,29 @@ def end_group(pgid: int, *, timeout: float = GROUP_GONE_SECONDS) -> bool:
     return False
 
 
-def run_nemo_gym(demo: NemoGymDemo, plan: list[Interruption]) -> tuple[Verdict, str]:
-    """Run the job until it finishes (each planned interruption, then a restart)."""
-    demo.job_spec().save(demo.directory / SPEC_NAME)
-    save_plan(plan, demo.directory / PLAN_NAME)
+def run_nemo_gym(
+    demo: NemoGymDemo, plan: list[Interruption], *, first: int = 1
+) -> tuple[Verdict, str]:
+    """Run the job until it finishes (each planned interruption, then a restart).
+
+    ``first`` above 1 resumes an interrupted demo run (``resume``).
+    """
+    if first == 1:
+        demo.job_spec().save(demo.directory / SPEC_NAME)
+        save_plan(plan, demo.directory / PLAN_NAME)
     settings = demo.settings()
     exits: dict[int, int | None] = {}
-    for incarnation in range(1, len(plan) + 3):
+    for incarnation in incarnations(plan, first):
         interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
+        before = results_digest(demo.directory)
         process = start_job(demo, incarnation, interruption=interruption)
         code = watch(settings, process, incarnation, timeout=RUN_TIMEOUT)
         if not end_group(process.pid):
             code = None  # a server outlived its job: stop here, the verdict will fail
         exits[incarnation] = code
         record_exit(demo.directory, incarnation, code)
+        if code == 0:
+            note_requeue(demo.directory, incarnation, results_before=before)
         if code not in RESTARTED_AFTER:
             break
     record, verdict = judge_nemo_gym_directory(demo.directory)

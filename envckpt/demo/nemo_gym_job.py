@@ -26,8 +26,11 @@ from typing import Any
 
 from envckpt import crashpoints
 from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
-from envckpt.nemo_gym.job import JobSpec, log_to_file, run_job
-from envckpt.trainer.event_log import EVENTS_NAME, RESTORED, EventLog
+from envckpt.nemo_gym.job import run_job
+from envckpt.nemo_gym.job_process import run_main
+from envckpt.nemo_gym.job_spec import JobSpec
+from envckpt.process_tie import tie_to_parent
+from envckpt.trainer.event_log import RESTORED, EventLog
 
 
 class PlannedStrike:
@@ -86,30 +89,31 @@ def kill_group() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    tie_to_parent()  # dies with the demo that started it
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.nemo_gym_job")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
     parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
     args = parser.parse_args(argv)
-    spec = JobSpec.load(args.spec)
-    log_to_file(spec, args.incarnation)
-    events = EventLog(spec.directory / EVENTS_NAME, incarnation=args.incarnation)
     plan = Interruption.from_arg(args.interrupt) if args.interrupt else None
-    strike = PlannedStrike(events.emit, plan, total=len(spec.tasks))
-    crashpoints.install(strike.in_restore)
-    try:
-        asyncio.run(
-            run_job(
-                spec,
-                incarnation=args.incarnation,
-                emit=strike.emit,
-                on_progress=strike.progress,
+
+    def run(spec: JobSpec, events: EventLog) -> None:
+        strike = PlannedStrike(events.emit, plan, total=len(spec.tasks))
+        crashpoints.install(strike.in_restore)
+        try:
+            asyncio.run(
+                run_job(
+                    spec,
+                    incarnation=args.incarnation,
+                    emit=strike.emit,
+                    on_progress=strike.progress,
+                )
             )
-        )
-    finally:
-        crashpoints.install(None)
-        events.close()
-    return 0
+        finally:
+            crashpoints.install(None)
+
+    # Requeue after finishing, the job's exit codes, its log and events: as the job's own main.
+    return run_main(parser.prog, args.spec, args.incarnation, run)
 
 
 if __name__ == "__main__":  # the launcher's forkserver re-imports the main module

@@ -53,7 +53,7 @@ class NemoGymRecord:
 def read_nemo_gym_run(directory: Path) -> NemoGymRecord:
     """The record of a nemo-gym demo run, from its directory alone."""
     from envckpt.nemo_gym.evidence import read_jsonl
-    from envckpt.nemo_gym.job import JobSpec
+    from envckpt.nemo_gym.job_spec import JobSpec
 
     run = read_run(directory)
     run.audit = read_jsonl(sorted((directory / "audit").glob("*.audit.jsonl")))
@@ -148,6 +148,9 @@ def judge_nemo_gym(record: NemoGymRecord) -> Verdict:
         saved=evidence.turns_saved(results),
         recomputed=len(lost),
     )
+    # Generations a snapshot refused, each asked again from the same turn (agents' count).
+    refused = sum(int(_envckpt(r).get("model_calls_refused", 0)) for r in results.values())
+    verdict.number("model_calls_refused", refused)
     return verdict
 
 

@@ -17,13 +17,20 @@ import sys
 import time
 from typing import Any
 
-from envckpt.demo.events import EVENTS_NAME, read_events, record_exit
+from envckpt.demo.events import (
+    EVENTS_NAME,
+    note_requeue,
+    read_events,
+    record_exit,
+    results_digest,
+)
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
 from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
 from envckpt.demo.verdict import KILLED, judge_directory
+from envckpt.process_tie import child_env
 from envckpt.progress import ProgressBar
 from envckpt.trainer.job_errors import JobExit
 
@@ -59,7 +66,8 @@ def start_job(
         command += ["--crash-at", crash_at]
     if ray:
         command.append("--ray")
-    env = {**os.environ, **(tokens or JobTokens.fresh()).trainer_env()}
+    # The trainer (and so its Gym servers) dies with this demo (process_tie).
+    env = child_env({**os.environ, **(tokens or JobTokens.fresh()).trainer_env()})
     log = (settings.directory / f"trainer-{incarnation}.out").open("ab")
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -104,22 +112,35 @@ def _show_progress(bar: ProgressBar, settings: DemoSettings, incarnation: int) -
     bar.update(done, f"{snapshots} snapshots")
 
 
+def incarnations(plan: list[Interruption], first: int) -> range:
+    """The runs to start: from ``first`` (2 or more when resuming) to two past the plan."""
+    return range(first, max(len(plan), first - 1) + 3)
+
+
 def run_processes(
-    settings: DemoSettings, plan: list[Interruption], *, ray: bool = False
+    settings: DemoSettings, plan: list[Interruption], *, ray: bool = False, first: int = 1
 ) -> tuple[Verdict, str]:
-    """Run the job until it finishes (each planned interruption, then a restart)."""
-    save_settings(settings, settings.directory / SETTINGS_NAME)
-    save_plan(plan, settings.directory / PLAN_NAME)
+    """Run the job until it finishes (each planned interruption, then a restart).
+
+    ``first`` above 1 resumes an interrupted demo run (``resume``): its files
+    are in the directory already.
+    """
+    if first == 1:
+        save_settings(settings, settings.directory / SETTINGS_NAME)
+        save_plan(plan, settings.directory / PLAN_NAME)
     exits: dict[int, int | None] = {}
     tokens = JobTokens.fresh()  # one random pair per run, never on a command line
-    for incarnation in range(1, len(plan) + 3):
+    for incarnation in incarnations(plan, first):
         interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
+        before = results_digest(settings.directory)
         process = start_job(
             settings, incarnation, interruption=interruption, ray=ray, tokens=tokens
         )
         code = watch(settings, process, incarnation)
         exits[incarnation] = code
         record_exit(settings.directory, incarnation, code)
+        if code == 0:
+            note_requeue(settings.directory, incarnation, results_before=before)
         if code not in RESTARTED_AFTER:
             break
     record, verdict = judge_directory(settings)

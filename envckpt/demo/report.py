@@ -45,17 +45,25 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[index]
 
 
-# The numbers verdict.json carries, in this order.
+# The numbers verdict.json carries, in this order. ``kills`` are the
+# interruptions that struck, ``kills_planned`` those the plan asked for;
+# ``requeues_after_finish`` the runs that found the job finished and did nothing.
 NUMBERS = (
     "continued_from_saved_turn",
     "restarted_from_task",
     "kills",
+    "kills_planned",
     "restores",
     "snapshots_published",
     "snapshots_failed",
     "turns_saved",
     "turns_recomputed",
+    "model_calls_refused",
+    "max_pause_seconds",
+    "requeues_after_finish",
 )
+# Numbers that are measured, not counted: kept as floats (3 decimals).
+FLOAT_NUMBERS = frozenset({"max_pause_seconds"})
 
 
 @dataclass
@@ -63,15 +71,15 @@ class Verdict:
     """Checks computed from what happened; passed only if every one holds."""
 
     checks: list[tuple[str, bool, str]] = field(default_factory=list)
-    numbers: dict[str, int] = field(default_factory=dict)
+    numbers: dict[str, float] = field(default_factory=dict)
 
     def check(self, name: str, ok: bool, detail: str = "") -> None:
         self.checks.append((name, bool(ok), detail))
 
-    def number(self, name: str, value: int) -> None:
+    def number(self, name: str, value: float) -> None:
         if name not in NUMBERS:
             raise ValueError(f"unknown verdict number {name!r}")
-        self.numbers[name] = int(value)
+        self.numbers[name] = round(float(value), 3) if name in FLOAT_NUMBERS else int(value)
 
     @property
     def passed(self) -> bool:

@@ -9,8 +9,10 @@ snapshot (or starts fresh) and runs every rollout to completion, with
 snapshots on an adaptive timer. SIGTERM preempts it (a final snapshot, its
 Gym servers stopped while paused, exit 75); SIGUSR1 takes a snapshot now.
 When Gym refuses a snapshot's content, it restarts its Gym servers and
-restores again (the refused snapshot was moved aside). On success it writes
-``results.json``.
+restores again (the refused snapshot was moved aside). The moment every
+rollout is sealed it writes ``results.json`` and records in its root that the
+job finished (``envckpt.trainer.finished``); started again after that (a
+requeue) it prints ``already finished`` and exits 0 having written nothing.
 
 ``--interrupt`` is the demo's plan for this run (``plan.Interruption``): a
 SIGKILL of the whole process group at a seeded moment after a snapshot, one
@@ -47,9 +49,11 @@ from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoi
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.http.apps import new_app
 from envckpt.http.serve import serve
+from envckpt.process_tie import tie_to_parent
 from envckpt.sim.data_routes import rows_router
 from envckpt.telemetry.observers import TelemetryObserver
 from envckpt.trainer.barrier import DataPlaneBarrier
+from envckpt.trainer.finished import read_finished, record_finished
 from envckpt.trainer.job_errors import (
     JobExit,
     RestoreFailed,
@@ -175,12 +179,18 @@ async def _train(
                 interrupter.progress(event, fields)
 
             job.on_progress = progress
+
+        async def finished() -> None:
+            # Every rollout sealed: results durable first, then the root's record.
+            data = json.dumps(dict(results.items()), sort_keys=True).encode()
+            atomic_write_bytes(directory / "results.json", data)
+            record_finished(directory, results=data, rollouts=len(results))
+
+        job.on_finished = finished
         report = await job.run()
         if report.preempted:
             return int(report.exit_code)
-        final = dict(results.items())
-        atomic_write_bytes(directory / "results.json", json.dumps(final, sort_keys=True).encode())
-        events.emit("done", finished=len(final))
+        events.emit("done", finished=len(results))
         return int(JobExit.FINISHED)
     finally:
         started.close()
@@ -220,6 +230,7 @@ def _install_crash(args: argparse.Namespace, settings: DemoSettings) -> Interrup
 
 
 def main(argv: list[str] | None = None) -> int:
+    tie_to_parent()  # dies with the demo that started it
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.trainer_process")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
@@ -228,6 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
+    try:
+        record = read_finished(settings.directory)  # before anything is written
+    except StartRefused as error:
+        print(f"envckpt trainer: {error}", file=sys.stderr)
+        return int(JobExit.START_REFUSED)
+    if record is not None:
+        print(f"envckpt trainer: {record.line(settings.directory)}")
+        return int(JobExit.FINISHED)
     # From the demo (ENVCKPT_DEMO_TOKEN, ENVCKPT_DEMO_ROWS_TOKEN), else random:
     # this process is the only client of its Gym servers and its rows endpoint.
     tokens = JobTokens.from_env()

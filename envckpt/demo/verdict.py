@@ -75,6 +75,14 @@ class RunRecord:
     snapshots_published: int = 0
     snapshots_failed: int = 0
     done: bool = False
+    # Each published snapshot's pause of the environment, in seconds, and its run.
+    pauses: list[float] = field(default_factory=list)
+    snapshot_runs: list[int] = field(default_factory=list)
+    # Runs that found the job finished and did nothing (a requeue), and whether
+    # the demo saw its results unchanged.
+    requeues: dict[int, bool] = field(default_factory=dict)
+    # Runs cut short because the demo itself was interrupted (then resumed).
+    cut_short: set[int] = field(default_factory=set)
 
 
 def read_run(directory: Path) -> RunRecord:
@@ -89,6 +97,10 @@ def read_run(directory: Path) -> RunRecord:
         if event["event"] == "exited":
             code = event.get("code")
             record.exits[incarnation] = None if code is None else int(code)
+            if event.get("cut_short"):
+                record.cut_short.add(incarnation)
+        elif event["event"] == "requeued":
+            record.requeues[incarnation] = bool(event.get("results_unchanged"))
         elif event["event"] == "restored":
             record.restores.append(
                 RestoreRecord(
@@ -101,6 +113,9 @@ def read_run(directory: Path) -> RunRecord:
             )
         elif event["event"] == "snapshot":
             record.snapshots_published += 1
+            metrics = event.get("metrics") or {}
+            record.pauses.append(float(metrics.get("snapshot_paused_seconds", 0.0)))
+            record.snapshot_runs.append(incarnation)
         elif event["event"] == "snapshot_failed":
             record.snapshots_failed += 1
         elif event["event"] == "interrupting":
@@ -170,6 +185,9 @@ def record_numbers(
     """``verdict.json``'s numbers: the run's from its record, the work's as counted by its judge."""
     landed = [r for r in record.restores if r.snapshot is not None]
     verdict.number("kills", len(record.strikes))
+    verdict.number("kills_planned", len(record.planned))
+    verdict.number("max_pause_seconds", max(record.pauses, default=0.0))
+    verdict.number("requeues_after_finish", len(record.requeues))
     verdict.number("restores", len(landed))
     verdict.number("restarted_from_task", sum(r.abandoned for r in record.restores))
     verdict.number("snapshots_published", record.snapshots_published)
@@ -215,11 +233,18 @@ def _check_continuations(verdict: Verdict, record: RunRecord) -> int:
 
 
 def _check_interruptions(verdict: Verdict, record: RunRecord, *, recomputed: int) -> None:
-    problems = []
+    problems, not_needed = [], []
     for index, planned in enumerate(record.planned):
         incarnation = index + 1
         struck = [s for s in record.strikes if s.incarnation == incarnation]
         exit_code = record.exits.get(incarnation)
+        if incarnation in record.cut_short and not struck:
+            not_needed.append(f"run {incarnation} was cut short by the demo's own interruption")
+            continue
+        if not struck and record.done and (exit_code == 0 or incarnation not in record.exits):
+            # The job finished before this interruption's moment came: nothing to strike.
+            not_needed.append(f"run {incarnation}: the job finished first")
+            continue
         if [s.kind for s in struck] != [planned.kind]:
             problems.append(f"run {incarnation}: planned {planned.kind}, struck {struck}")
         elif exit_code != EXPECTED_EXIT[planned.kind]:
@@ -229,13 +254,35 @@ def _check_interruptions(verdict: Verdict, record: RunRecord, *, recomputed: int
     extra = [s for s in record.strikes if s.incarnation > len(record.planned)]
     problems += [f"run {s.incarnation}: unplanned {s.kind}" for s in extra]
     kinds = ", ".join(p.kind for p in record.planned) or "none"
+    detail = f"{len(record.strikes)} struck of {len(record.planned)} planned ({kinds})"
+    if not_needed:
+        detail += f"; {len(not_needed)} not struck: " + "; ".join(not_needed[:3])
     verdict.check(
         "every planned interruption struck after a published snapshot",
         not problems,
-        "; ".join(problems[:3]) if problems else f"{len(record.strikes)} struck ({kinds})",
+        "; ".join(problems[:3]) if problems else detail,
     )
+    if record.requeues:
+        # A requeue: the job found itself finished; nothing ran, nothing changed.
+        busy = [
+            n
+            for n, unchanged in sorted(record.requeues.items())
+            if not unchanged or record.exits.get(n) != 0
+        ]
+        verdict.check(
+            "every run after the job finished was a no-op",
+            not busy,
+            f"runs {busy} changed the results or failed"
+            if busy
+            else f"{len(record.requeues)} run(s) found the job finished: exit 0, results unchanged",
+        )
     restarts = [r for r in record.restores if r.incarnation > 1]
-    fresh = [r.incarnation for r in restarts if r.snapshot is None]
+    # After the demo itself was cut short before any snapshot, a fresh start is right.
+    fresh = [
+        r.incarnation
+        for r in restarts
+        if r.snapshot is None and not _nothing_to_restore(record, r.incarnation)
+    ]
     verdict.check(
         "every restart restored a snapshot",
         bool(restarts) and not fresh,
@@ -268,6 +315,12 @@ def _check_interruptions(verdict: Verdict, record: RunRecord, *, recomputed: int
         recomputed == 0,
         f"{recomputed} turns recomputed",
     )
+
+
+def _nothing_to_restore(record: RunRecord, incarnation: int) -> bool:
+    """The run before ``incarnation`` was the demo's own cut and no snapshot was published yet."""
+    before = [run for run in record.snapshot_runs if run < incarnation]
+    return incarnation - 1 in record.cut_short and not before
 
 
 def turns_saved(results: Mapping[str, Mapping[str, Any]], record: RunRecord) -> int:

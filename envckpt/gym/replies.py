@@ -41,6 +41,13 @@ def commit_summary(
     """Attribute the committed episodes and staging keys; refuse contradictions."""
     require_reply_set("commit", participants, replies)
     requested = {episode.capture_key for episode in scope}
+    if requested and not any(member.kind == "agent" for member in participants.members):
+        # Only an agent restores a rollout's place in its /run: a snapshot of
+        # these could never be restored, so it is refused now, not after install.
+        raise ProtocolViolation(
+            f"no agent takes part in checkpoints here, so the {len(requested)} episode(s) in "
+            f"scope could not be restored from this snapshot: {sorted(requested)[:10]!r}"
+        )
     run_keys: set[str] = set()
     agent_session_keys: set[str] = set()
     staging_keys: set[str] = set()

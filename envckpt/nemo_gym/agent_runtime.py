@@ -12,8 +12,11 @@ boundary::
     result = await runtime.run(body_json)      # the /run handler; ParticipantError on refusal
 
 A step refused with ``admission_closed`` (this agent is closed, or the model
-it calls closed first, per the staged prepare order) leaves the state where
-it was and **parks**: it waits until this agent is open again, then retries.
+it calls closed first, per the staged prepare order, or the model refused a
+generation already running for a checkpoint) leaves the state where it was
+and **parks**: it waits until this agent is open again, then retries, so a
+refused model call is issued again from the same turn. The saved state
+counts those refusals (``refused_model_calls``); nothing else records them.
 ``stale_attempt`` ends the run. A restore installs each saved state as the
 next attempt; that attempt's ``/run`` continues from the saved phase.
 """
@@ -34,6 +37,7 @@ from envckpt.nemo_gym.run_state import (
     task_of,
 )
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import is_refused_call
 from envckpt.protocol import Phase
 
 PARK_FIRST_SECONDS = 0.02
@@ -96,6 +100,7 @@ class AgentRuntime:
         self._tasks: dict[EnvironmentEpisode, asyncio.Task[dict[str, Any]]] = {}
         self._parked: set[EnvironmentEpisode] = set()
         self.parks = 0
+        self.model_calls_refused = 0
         self.core = ParticipantCore(server_name=server_name, kind="agent", hooks=self)
 
     # ---------------------------------------------------------------- /run
@@ -133,6 +138,8 @@ class AgentRuntime:
             except ParticipantError as error:
                 if error.code != "admission_closed":
                     raise
+                if is_refused_call(error):
+                    self._count_refused(episode)
                 await self._park(episode)
                 continue
             if result is not None:
@@ -160,6 +167,17 @@ class AgentRuntime:
             self._runs[episode] = work
             return None
 
+    def _count_refused(self, episode: EnvironmentEpisode) -> None:
+        """The model refused this step's call: the saved state counts it (still a boundary).
+
+        Nothing awaits between the step leaving admission and this, so a
+        commit of this agent never sees the step left without its count.
+        """
+        self.model_calls_refused += 1
+        run = self._runs.get(episode)
+        if run is not None:
+            run.refused_model_calls += 1
+
     def _phase_step(self, phase: str) -> Callable[[RunState, EpisodeCalls], Awaitable[None]]:
         steps = {"seed": self.recipe.seed, "loop": self.recipe.turn, "verify": self.recipe.verify}
         return steps[phase]
@@ -175,6 +193,7 @@ class AgentRuntime:
             "continued": run.continued,
             "applications": run.applications,
             "steps": self.recipe.step_of(run),
+            "model_calls_refused": run.refused_model_calls,
         }
         return result
 

@@ -38,6 +38,7 @@ from envckpt.http.apps import hide_docs
 from envckpt.http.routes import mount_participant
 from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block, expose_docs
 from envckpt.nemo_gym.settings import checkpoint_root as configured_checkpoint_root
+from envckpt.participant.json_state import parse_non_finite
 
 T = TypeVar("T")
 ATTRIBUTE = "_envckpt"
@@ -115,6 +116,8 @@ def checkpointable(
         participant = install(self, app)
         block = envckpt_block(getattr(self.server_client, "global_config_dict", None))
         participant.core.set_gym_instance(block.get("instance_id"))  # named in its events
+        # NaN in exported state: refused by name (default), or written as Gym writes it.
+        participant.core.non_finite = parse_non_finite(block.get("non_finite"))
         setattr(self, ATTRIBUTE, participant)
         mount_participant(app, participant.core, token=secret, checkpoint_root=root)
         ready_file = os.environ.get(READY_FILE_ENV)

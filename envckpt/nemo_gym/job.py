@@ -17,6 +17,16 @@ at the end (``on_progress`` also sees the trainer's progress events, e.g. to
 interrupt the job at a planned moment); with ``control_run`` it then runs every task once more,
 uninterrupted and without snapshots, on the same deployments
 (``control.json``), for comparing rewards. The checks live with the caller.
+
+The moment every rollout is sealed it writes ``results.json`` and records in
+its snapshot root that it finished (``envckpt.trainer.finished``). Started
+again after that (a scheduler's requeue), ``main`` prints ``already
+finished`` and exits 0 before it writes anything. Exit codes are the
+trainer's (``JobExit``): 3 the job cannot start as configured (the snapshot
+root, a port the config names held by another process: ``PortInUse``), 4
+snapshots kept failing, 5 the environment restore failed; each with one line
+on stderr, no traceback. The process dies with the one that started it when
+that one passed ``envckpt.process_tie.child_env``.
 """
 
 from __future__ import annotations
@@ -29,92 +39,24 @@ import os
 import secrets
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envckpt.fsutil import atomic_write_bytes
-from envckpt.gym.instance import GymCheckpointInstance
+from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
 from envckpt.nemo_gym.settings import write_token_file
+from envckpt.process_tie import tie_to_parent
 from envckpt.trainer.event_log import (
-    EVENTS_NAME,
     EventLog,
     progress_event,
     restored_event,
 )
+from envckpt.trainer.finished import record_finished
 from envckpt.trainer.job import RolloutTask
 
 Emit = Callable[..., None]
 Progress = Callable[[str, Mapping[str, Any]], None]
 CONTROL_SUFFIX = ".control"
-
-
-@dataclass(frozen=True, eq=False)  # hashed by identity: the config is a dict
-class DeploymentSpec:
-    """One Gym instance: a nemo-gym config and the agent server its rollouts go to."""
-
-    shard: str
-    config: Mapping[str, Any]
-    agent: str
-
-    @property
-    def instance(self) -> GymCheckpointInstance:
-        return GymCheckpointInstance(self.shard, 0)
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """Everything a job process needs; saved as JSON beside its outputs."""
-
-    directory: Path
-    deployments: tuple[DeploymentSpec, ...]
-    tasks: tuple[Mapping[str, Any], ...]  # {"rollout_id", "shard", "task"}
-    snapshot_every: float = 0.5
-    keep_latest_k: int = 3
-    in_flight_per_instance: int | None = 4
-    policy_latency: float = 0.0
-    control_run: bool = False
-    prepare_seconds: float = 30.0
-
-    def rollout_tasks(self) -> list[RolloutTask]:
-        by_shard = {d.shard: d.instance.instance_id for d in self.deployments}
-        return [
-            RolloutTask(
-                rollout_id=t["rollout_id"], instance_id=by_shard[t["shard"]], task=t["task"]
-            )
-            for t in self.tasks
-        ]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "directory": str(self.directory),
-            "deployments": [
-                {"shard": d.shard, "config": dict(d.config), "agent": d.agent}
-                for d in self.deployments
-            ],
-            "tasks": [dict(t) for t in self.tasks],
-            "snapshot_every": self.snapshot_every,
-            "keep_latest_k": self.keep_latest_k,
-            "in_flight_per_instance": self.in_flight_per_instance,
-            "policy_latency": self.policy_latency,
-            "control_run": self.control_run,
-            "prepare_seconds": self.prepare_seconds,
-        }
-
-    @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> JobSpec:
-        fields = dict(value)
-        fields["directory"] = Path(fields["directory"])
-        fields["deployments"] = tuple(DeploymentSpec(**d) for d in fields["deployments"])
-        fields["tasks"] = tuple(fields["tasks"])
-        return cls(**fields)
-
-    def save(self, path: Path) -> None:
-        atomic_write_bytes(path, json.dumps(self.to_json(), indent=1, sort_keys=True).encode())
-
-    @classmethod
-    def load(cls, path: Path) -> JobSpec:
-        return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
 def incarnation_config(
@@ -129,6 +71,7 @@ def incarnation_config(
         audit_dir=str(spec.directory / "audit"),
         checkpoint_root=str(spec.directory),  # participants write only under the job
         scripted_policy_latency=spec.policy_latency,
+        model_calls=spec.model_calls,
     )
     config["envckpt"] = block
     capture = dict(config.get("token_id_capture") or {})
@@ -159,18 +102,37 @@ async def run_job(
     spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None = None
 ) -> dict[str, Any]:
     """Restore (or start fresh), finish every task, write results.json; see the module doc."""
+    from envckpt.trainer.startup import PendingStaging, claim_root
+
+    # Before any server starts: a root this job cannot use refuses at once
+    # (the lock is re-entrant: start_trainer takes it again, in this process).
+    lock = claim_root(spec.root)
+    try:
+        return await _run_job(
+            spec,
+            incarnation=incarnation,
+            emit=emit,
+            on_progress=on_progress,
+            pending=PendingStaging(),
+        )
+    finally:
+        lock.release()
+
+
+async def _run_job(
+    spec: JobSpec, *, incarnation: int, emit: Emit, on_progress: Progress | None, pending: Any
+) -> dict[str, Any]:
     from fastapi import FastAPI
 
     from envckpt.http.serve import serve
     from envckpt.nemo_gym.staging import staging_router
-    from envckpt.trainer.startup import PendingStaging
 
     run_dir = spec.directory / f"run-{incarnation}"
     run_dir.mkdir(parents=True, exist_ok=True)
     control_token, staging_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     control_file = write_token_file(run_dir / "control.token", control_token)
     staging_file = write_token_file(run_dir / "staging.token", staging_token)
-    rows = RowSink(PendingStaging())
+    rows = RowSink(pending)
     app = FastAPI()
     app.include_router(staging_router(rows.stage, token=staging_token))
     emit("started", pid=os.getpid())
@@ -265,6 +227,8 @@ async def _train(
         if on_progress is not None:  # after the event is logged: it may end the process
             on_progress(event, fields)
 
+    for d, transport in transports.items():
+        await _require_agent_participant(d, transport)
     tasks = spec.rollout_tasks()
     try:
         started = await start_trainer(
@@ -272,7 +236,7 @@ async def _train(
             facade=facade,
             backend=backend,
             barrier=DataPlaneBarrier(),
-            root=spec.directory / "snapshots",
+            root=spec.root,
             data_plane_path=spec.directory / "live.sqlite",
             staging=rows.pending,
             keep_latest_k=spec.keep_latest_k,
@@ -281,14 +245,19 @@ async def _train(
         )
         event, fields = restored_event(started.report, finished_before=len(started.results))
         emit(event, **fields)
+
+        async def finished() -> None:
+            # Every rollout sealed: results durable first, then the root's record.
+            data = json.dumps(dict(started.results.items()), sort_keys=True).encode()
+            atomic_write_bytes(spec.directory / "results.json", data)
+            record_finished(spec.root, results=data, rollouts=len(started.results))
+
+        started.job.on_finished = finished
         try:
             await started.job.run(snapshot_every=spec.snapshot_every)
             results = dict(started.results.items())
         finally:
             started.report.data_plane.close()
-        atomic_write_bytes(
-            spec.directory / "results.json", json.dumps(results, sort_keys=True).encode()
-        )
         emit("done", finished=len(results))
         if spec.control_run:
             rows.control = {}
@@ -302,6 +271,24 @@ async def _train(
         await backend.aclose()
         for transport in transports.values():
             await transport.aclose()
+
+
+async def _require_agent_participant(deployment: DeploymentSpec, transport: Any) -> None:
+    """The agent rollouts go to must take part in checkpoints, or no snapshot could restore them.
+
+    An agent served unmodified (``plain_servers``) neither exports its runs
+    nor parks them when the model closes for a checkpoint: refused at start.
+    """
+    from envckpt.trainer.job_errors import StartRefused
+
+    reply = await transport.request(deployment.agent, "GET", "status", None, timeout=60.0)
+    body = reply.body if isinstance(reply.body, Mapping) else {}
+    if reply.status != 200 or body.get("kind") != "agent":
+        raise StartRefused(
+            f"deployment {deployment.shard}: its agent {deployment.agent} takes no part in "
+            f"checkpoints (status: {reply.describe()}); a snapshot could not restore its "
+            "rollouts: serve it checkpointable (not in envckpt.plain_servers)"
+        )
 
 
 async def run_uninterrupted(
@@ -320,34 +307,19 @@ async def run_uninterrupted(
     return dict(await asyncio.gather(*(one(task) for task in tasks)))
 
 
-def log_to_file(spec: JobSpec, incarnation: int) -> None:
-    """This process's structured log as JSON lines in ``trainer-<incarnation>.log``."""
-    import structlog
-
-    log = (spec.directory / f"trainer-{incarnation}.log").open("a")
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.WriteLoggerFactory(file=log),
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
+    tie_to_parent()  # dies with the process that started it, if that one asked
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
     args = parser.parse_args(argv)
-    spec = JobSpec.load(args.spec)
-    log_to_file(spec, args.incarnation)
-    events = EventLog(spec.directory / EVENTS_NAME, incarnation=args.incarnation)
-    try:
+
+    def run(spec: JobSpec, events: EventLog) -> None:
         asyncio.run(run_job(spec, incarnation=args.incarnation, emit=events.emit))
-    finally:
-        events.close()
-    return 0
+
+    from envckpt.nemo_gym.job_process import run_main
+
+    return run_main(parser.prog, args.spec, args.incarnation, run)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,13 @@ taken by another socket before its server binds it: every outgoing
 connection on the machine draws its local port from the same range. A
 launch in which a server could not bind a port the launcher picked is
 stopped and started again with fresh ports (``PORT_ATTEMPTS`` in all); a
-port the config names is never replaced, so a clash there fails the launch.
+port the config names is never replaced, so a clash there fails the launch
+with ``PortInUse``, naming the port, the server and the process holding it
+(``port_holders``: ``/proc/net/tcp`` and the owner's ``/proc/<pid>/fd``),
+checked before any server starts and again if a server could not bind.
+
+Every process started here dies with the process that called ``launch``
+(``processes.py``, ``envckpt.process_tie``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.http.client import NEMO_GYM_SERVER_TYPES
+from envckpt.nemo_gym.port_holders import describe, port_holders
 from envckpt.nemo_gym.processes import ServerProcess, start_server
 from envckpt.nemo_gym.readiness import read_ready_file
 from envckpt.nemo_gym.settings import (
@@ -69,6 +76,29 @@ class ServersExited(RuntimeError):
     def __init__(self, names: list[str], detail: str = "") -> None:
         super().__init__(f"server processes exited during startup: {names}{detail}")
         self.names = names
+
+
+class PortInUse(ServersExited):
+    """A port the config names for ``server`` is held by another process (``holder``)."""
+
+    def __init__(self, server: str, port: int, holder: str) -> None:
+        RuntimeError.__init__(self, f"cannot start {server}: {holder}")
+        self.names = [server]
+        self.server = server
+        self.port = port
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[type[PortInUse], tuple[str, int, str]]:
+        return (PortInUse, (self.server, self.port, self.holder))
+
+
+def check_named_ports(config: Mapping[str, Any], named: set[str]) -> None:
+    """``PortInUse`` for the first server in ``named`` whose configured port is listened on."""
+    for name in sorted(named):
+        port = int(_inner(config, name)["port"])
+        holders = port_holders(port)
+        if holders:
+            raise PortInUse(name, port, describe(port, holders))
 
 
 class _PickedPortTaken(Exception):
@@ -274,9 +304,11 @@ def _launch_once(
     names = server_names(loaded)
     # Ports the config leaves out are the launcher's to pick, and to pick again.
     picked = {name for name in names if not _inner(loaded, name).get("port")}
+    named = set(names) - picked
     picked.add(SCRIPTED_POLICY)
     logs = _log_sizes(directory, [*names, SCRIPTED_POLICY])
     resolved = resolve(loaded)
+    check_named_ports(resolved, named)  # before anything starts: name the holder
     processes: dict[str, ServerProcess] = {}
     deployment = Deployment(config=resolved, urls={}, run_dir=directory, processes=processes)
     try:
@@ -293,7 +325,7 @@ def _launch_once(
                     str(port),
                     "--ready-file",
                     str(ready),
-                    "--latency",
+                    "--generation-seconds",
                     str(float(block.get("scripted_policy_latency") or 0.0)),
                 ],
                 env=os.environ,
@@ -327,10 +359,12 @@ def _launch_once(
         deployment.urls.update(_wait_ready(pending, processes, startup_timeout))
     except ServersExited as exited:
         deployment.stop(grace=2.0)
-        if any(
-            name in picked and _port_taken(directory, name, logs[name]) for name in exited.names
-        ):
+        taken = [name for name in exited.names if _port_taken(directory, name, logs[name])]
+        if any(name in picked for name in taken):
             raise _PickedPortTaken(exited.names) from exited
+        for name in taken:  # a named port taken after the check: name its holder now
+            port = int(_inner(resolved, name)["port"])
+            raise PortInUse(name, port, describe(port, port_holders(port))) from exited
         raise
     except BaseException:
         deployment.stop(grace=2.0)

@@ -16,6 +16,16 @@ under the staging key ``<capture key>/<model_call_id>``. nemo-gym never fails
 a model call for a capture error; the gate does, with the sink's error, so a
 row the trainer refused (a superseded attempt) fails that generation.
 
+A prepare treats generations still running by the ``model_calls`` policy
+(``envckpt.model_calls`` in the config: ``wait``, ``refuse`` or
+``wait_then_refuse``, the default; ``envckpt.participant.model_calls``): a
+refused generation is cancelled and answered ``409 admission_closed``, and
+the agent parks at its last turn and asks again after resume. A generation
+is refusable until its row is recorded or its reply starts; a refused one
+records no row, no failure and no call intent (the intent nemo-gym's store
+keeps per call is recorded when the generation delivers, so a refused call
+leaves none dangling).
+
 Commit exports each episode's rows and reports ``staging_keys`` and
 ``staging_keys_by_episode``. Restore writes the rows into the store under the
 next attempt's capture key (same ``model_call_id``, parent links and digests,
@@ -42,6 +52,14 @@ from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.gate import envelope_response
 from envckpt.nemo_gym.settings import envckpt_block, staging_token
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import (
+    DEFAULT_MODEL_CALLS,
+    ModelCallPolicy,
+    ModelCalls,
+    deliver,
+    parse_model_calls,
+    refused,
+)
 
 GENERATION_PATHS = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages"})
 RELEASE_PATH = "/envckpt/v1/release"
@@ -66,6 +84,8 @@ class _Call:
 
     episode: EnvironmentEpisode
     failure: ParticipantError | None = None
+    # nemo-gym's call intent, recorded when a refusable generation delivers.
+    intent: tuple[str, str] | None = None
 
 
 _CALL: ContextVar[_Call | None] = ContextVar("envckpt_model_call", default=None)
@@ -85,6 +105,7 @@ class ModelParticipant:
         store: Any = None,
         stager: Any = None,
         require_rollout_id: bool = True,
+        model_calls: ModelCallPolicy = DEFAULT_MODEL_CALLS,
     ) -> None:
         self.store = store
         self.stager = stager
@@ -92,7 +113,10 @@ class ModelParticipant:
         self.admission_closes = 0
         self._rows: dict[EnvironmentEpisode, list[TokenRow]] = {}
         self._seen: set[EnvironmentEpisode] = set()
-        self.core = ParticipantCore(server_name=server_name, kind="model", hooks=self)
+        self.calls = ModelCalls(model_calls)
+        self.core = ParticipantCore(
+            server_name=server_name, kind="model", hooks=self, model_calls=self.calls
+        )
 
     def rows(self) -> dict[str, list[TokenRow]]:
         """Capture key -> rows held (inspection)."""
@@ -115,8 +139,13 @@ class ModelParticipant:
             raise
 
     async def _put(self, entry: Any) -> None:
+        deliver()  # generated: from here on this call is never refused
         episode = EnvironmentEpisode.from_capture_key(entry.rollout_id)
         self._require_current(episode)
+        call = _CALL.get()
+        if call is not None and call.intent is not None and self.store is not None:
+            await self.store.begin_call(*call.intent)
+            call.intent = None
         key = staging_key(entry.rollout_id, entry.model_call_id)
         row = entry.model_dump(mode="json")
         if self.stager is not None:
@@ -128,10 +157,18 @@ class ModelParticipant:
         self._rows.setdefault(episode, []).append(TokenRow(key, row))
 
     async def mark_incomplete(self, rollout_id: str, model_call_id: str = "") -> None:
+        if refused():
+            return  # refused for a checkpoint: its caller asks again, nothing was lost
         if self.store is not None:
             await self.store.mark_incomplete(rollout_id, model_call_id)
 
     async def begin_call(self, rollout_id: str, model_call_id: str) -> None:
+        call = _CALL.get()
+        if call is not None and self.calls.policy is not ModelCallPolicy.WAIT:
+            # A prepare may still refuse this call: its intent would dangle
+            # (nemo-gym masks such a rollout), so it is recorded on delivery.
+            call.intent = (rollout_id, model_call_id)
+            return
         if self.store is not None:
             await self.store.begin_call(rollout_id, model_call_id)
 
@@ -317,7 +354,10 @@ class GenerationGate:
             async with participant.core.admit(episode):
                 participant._require_current(episode)
                 await participant.first_sight(episode)
-                await self._forward(episode, scope, receive, send)
+                # Refusable until it delivers (model_calls.py): admission_closed then.
+                await participant.calls.generate(
+                    episode, self._forward(episode, scope, receive, send)
+                )
         except ParticipantError as error:
             await envelope_response(error)(scope, receive, send)
 
@@ -329,6 +369,8 @@ class GenerationGate:
 
         async def guarded(message: dict[str, Any]) -> None:
             nonlocal replaced
+            if message.get("type") == "http.response.start" and call.failure is None:
+                deliver()  # the reply starts: never refused from here on
             if message.get("type") == "http.response.start" and call.failure is not None:
                 replaced = True
                 response = envelope_response(call.failure)
@@ -375,6 +417,7 @@ def install_model_participant(server: Any, app: Any) -> ModelParticipant:
         store=None if directory is None else TokenCaptureStore(Path(directory)),
         stager=stager,
         require_rollout_id=bool(block.get("require_rollout_id", True)),
+        model_calls=parse_model_calls(block.get("model_calls")),
     )
     if capture.enabled:
         # Consulted per request, ahead of the file store: every row passes through here.

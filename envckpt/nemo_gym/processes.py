@@ -10,7 +10,14 @@ entry point as ``python -m``::
     child.poll(), child.pid, child.terminate(), child.kill(), child.wait(timeout=10)
 
 Children stay in the caller's process group either way (the forkserver does
-too), so one ``killpg`` of the job takes them all down.
+too), so one ``killpg`` of the job takes them all down. And every one dies
+with the process that started it (``envckpt.process_tie``): a fresh
+interpreter follows the launcher; the forkserver follows the launcher by a
+parent watch (``forkserver_tie``), and each server forked from it asks the
+kernel for SIGKILL when the forkserver dies, plus a watch of its own. So a
+SIGKILL of the trainer's pid alone leaves no server, forkserver or
+multiprocessing helper behind (the resource tracker exits once every holder
+of its pipe is gone).
 """
 
 from __future__ import annotations
@@ -26,8 +33,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from envckpt.nemo_gym.forkserver_tie import FORKSERVER_PARENT_ENV
+from envckpt.process_tie import PARENT_MAIN_THREAD_ENV, PARENT_PID_ENV, child_env, tie_to
+
 # Imported once by the forkserver; what every nemo-gym server process needs.
+# First: the forkserver's tie to the launcher (its import is the tie).
 PRELOAD = (
+    "envckpt.nemo_gym.forkserver_tie",
     "nemo_gym.server_utils",
     "nemo_gym.base_resources_server",
     "nemo_gym.base_responses_api_model",
@@ -108,6 +120,8 @@ class _Forked:
 def _forkserver() -> Any:
     global _context
     if _context is None:
+        # Read by forkserver_tie inside the forkserver: the process it follows.
+        os.environ[FORKSERVER_PARENT_ENV] = str(os.getpid())
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(list(PRELOAD))
         _context = context
@@ -115,9 +129,16 @@ def _forkserver() -> Any:
 
 
 def run_child(module: str, argv: Sequence[str], env: Mapping[str, str], log: str) -> None:
-    """The forked child: its own environment and log, then ``module.main(argv)``."""
+    """The forked child: tied to the forkserver, own environment and log, ``module.main(argv)``."""
+    from envckpt.nemo_gym import forkserver_tie
+
+    if forkserver_tie.FORKSERVER_PID is not None:
+        # Forked by the forkserver's main thread: the kernel's signal is safe.
+        tie_to(forkserver_tie.FORKSERVER_PID, signal_on_death=True)
     os.environ.clear()
     os.environ.update(env)
+    for name in (PARENT_PID_ENV, PARENT_MAIN_THREAD_ENV, FORKSERVER_PARENT_ENV):
+        os.environ.pop(name, None)  # tied already; its own children must not follow these
     descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -152,7 +173,7 @@ def start_server(
     with log.open("ab") as stream:
         popen = subprocess.Popen(
             [sys.executable, "-m", module, *argv],
-            env=dict(env),
+            env=child_env(env),  # the entry point's tie_to_parent() follows this process
             stdout=stream,
             stderr=subprocess.STDOUT,
             cwd=log.parent,

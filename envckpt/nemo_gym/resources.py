@@ -43,6 +43,7 @@ from envckpt.nemo_gym.gate import envelope_response, refuse
 from envckpt.nemo_gym.sessions import SessionCheckpoint
 from envckpt.nemo_gym.settings import envckpt_block
 from envckpt.participant.core import ParticipantCore
+from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 
 SEED_ROUTES = frozenset({"/seed_session", "/reset"})
 END_ROUTES = frozenset({"/verify", "/close_session", "/close"})
@@ -227,6 +228,12 @@ class SessionGate:
         from nemo_gym.server_utils import SESSION_ID_KEY
 
         participant = self.participant
+        route = str(scope.get("path", ""))
+        if route.startswith(CHECKPOINT_ROUTE_PREFIX):
+            # The control plane is never episode work, whatever cookie it carries:
+            # admitted as one, a prepare would wait for itself.
+            await self.app(scope, receive, send)
+            return
         session = scope.get("session")
         session_id = session.get(SESSION_ID_KEY) if isinstance(session, Mapping) else None
         try:
@@ -237,7 +244,6 @@ class SessionGate:
         if episode is None:
             await self.app(scope, receive, send)  # not rollout work (metrics, health, ...)
             return
-        route = str(scope.get("path", ""))
         exchange = _Exchange(participant, episode, route, scope)
         try:
             async with participant.core.admit(episode):

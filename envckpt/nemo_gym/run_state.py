@@ -10,7 +10,9 @@ owns ``loop``; the runtime owns the rest::
 
 ``continued`` records each restore: the attempt that continued, and the phase
 and step it continued from (a rollout "continued from a saved turn" has a
-step above 0 there).
+step above 0 there). ``refused_model_calls`` counts the model calls a
+checkpoint refused, each issued again from the same turn (absent in states
+saved before it existed: 0).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _KEYS = {
     "applications",
     "continued",
 }
+_OPTIONAL_KEYS = {"refused_model_calls"}
 
 
 def plain_json(value: Any) -> Any:
@@ -65,6 +68,7 @@ class RunState:
     model_cookies: dict[str, str] = field(default_factory=dict)
     applications: list[str] = field(default_factory=list)
     continued: list[dict[str, Any]] = field(default_factory=list)
+    refused_model_calls: int = 0
 
     def copy(self) -> RunState:
         return RunState.from_json(self.to_json())
@@ -80,15 +84,18 @@ class RunState:
                 "model_cookies": self.model_cookies,
                 "applications": self.applications,
                 "continued": self.continued,
+                "refused_model_calls": self.refused_model_calls,
             }
         )
         return document
 
     @classmethod
     def from_json(cls, value: object) -> RunState:
-        if not isinstance(value, Mapping) or set(value) != _KEYS:
+        if not isinstance(value, Mapping) or not _KEYS <= set(value) <= _KEYS | _OPTIONAL_KEYS:
             got = sorted(value) if isinstance(value, Mapping) else type(value).__name__
-            raise ValueError(f"a run state has exactly {sorted(_KEYS)}, got {got}")
+            raise ValueError(
+                f"a run state has {sorted(_KEYS)} (and maybe {sorted(_OPTIONAL_KEYS)}), got {got}"
+            )
         if not isinstance(value["flavor"], str):
             raise ValueError("flavor must be a string")
         if value["phase"] not in PHASES:
@@ -103,7 +110,11 @@ class RunState:
             raise ValueError("applications must be a list of strings")
         if not isinstance(continued, list) or not all(isinstance(c, Mapping) for c in continued):
             raise ValueError("continued must be a list of objects")
+        refused = value.get("refused_model_calls", 0)
+        if not isinstance(refused, int) or isinstance(refused, bool) or refused < 0:
+            raise ValueError("refused_model_calls must be an integer >= 0")
         return cls(
+            refused_model_calls=refused,
             flavor=value["flavor"],
             body=plain_json(body),
             phase=value["phase"],

@@ -7,7 +7,8 @@ so a rollout continued after a restore produces exactly what an uninterrupted
 run would have::
 
     app = scripted_policy_app()                 # POST /v1/chat/completions, POST /tokenize
-    python -m envckpt.nemo_gym.scripted_policy --port 8000 --ready-file ready.json
+    python -m envckpt.nemo_gym.scripted_policy --port 8000 --ready-file ready.json \
+        [--generation-seconds 8]       # each completion takes this long (decoding)
 
 The plan (``next_reply``) reads the conversation:
 
@@ -210,12 +211,21 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from envckpt.nemo_gym.readiness import announce_when_listening
+    from envckpt.process_tie import tie_to_parent
 
+    tie_to_parent()  # dies with the launcher (a no-op when forked: tied already)
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.scripted_policy")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ready-file", default=None)
-    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument(
+        "--generation-seconds",
+        "--latency",
+        dest="latency",
+        type=float,
+        default=0.0,
+        help="seconds each completion takes, as decoding would (a real model: 10-60)",
+    )
     args = parser.parse_args(argv)
     app = scripted_policy_app(latency=args.latency)
     if args.ready_file:

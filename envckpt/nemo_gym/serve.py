@@ -26,6 +26,7 @@ from typing import Any
 
 from envckpt.http.client import NEMO_GYM_SERVER_TYPES
 from envckpt.nemo_gym.settings import READY_FILE_ENV, envckpt_block
+from envckpt.process_tie import tie_to_parent
 
 CONFIG_DICT_ENV = "NEMO_GYM_CONFIG_DICT"
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
@@ -104,6 +105,7 @@ def _announce(app: Any, server: Any) -> None:
 
 
 def main() -> int:
+    tie_to_parent()  # dies with the launcher (a no-op when forked: tied already)
     from nemo_gym.global_config import get_global_config_dict
 
     name = os.environ[CONFIG_PATH_ENV]

@@ -26,6 +26,7 @@ from envckpt.errors import CorruptCheckpoint, ParticipantError
 from envckpt.participant import store
 from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.hooks import StateHooks
+from envckpt.participant.json_state import NonFinite, unencodable_error
 from envckpt.protocol import ErrorCode, Kind, Phase
 
 # (checkpoint_dir, the scope in episode order or None for everything, stop):
@@ -83,12 +84,18 @@ async def export_and_write(
     current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
     before_publish: Sequence[Callable[[], None]],
     counters: ParticipantCounters | None = None,
+    server: str = "",
+    non_finite: NonFinite = NonFinite.REFUSE,
 ) -> dict[str, Any]:
     """Export the scope once, write records and manifest; return the commit reply.
 
     No scope means everything held. Only attempts that may still act
     (``current``) are exported: a retired or superseded attempt's state
-    never leaves the process. ``counters`` hears the write's outcome.
+    never leaves the process. ``counters`` hears the write's outcome. State
+    JSON cannot carry fails the commit with ``checkpoint_error`` naming
+    ``server``, the episode, the session and the key
+    (``json_state.UnencodableState``, its cause); with ``non_finite`` ``gym``
+    NaN and the infinities are written as Gym writes them.
     """
     started = time.perf_counter()
     try:
@@ -101,6 +108,8 @@ async def export_and_write(
             scope=scope,
             current=current,
             before_publish=before_publish,
+            server=server,
+            non_finite=non_finite,
         )
     except BaseException:
         if counters is not None:
@@ -122,6 +131,8 @@ async def _export_and_write(
     scope: tuple[EnvironmentEpisode, ...] | None,
     current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
     before_publish: Sequence[Callable[[], None]],
+    server: str,
+    non_finite: NonFinite,
 ) -> dict[str, Any]:
     checkpoint_id = write.checkpoint_id
     if write.aborted:
@@ -142,7 +153,8 @@ async def _export_and_write(
         store.check_envelopes(exported_states)
     except ValueError as error:
         raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"export failed: {error}") from error
-    lines = store.envelope_lines(exported_states)
+    allow_nan = non_finite is NonFinite.GYM
+    lines = store.envelope_lines(exported_states, allow_nan=allow_nan)
 
     def last_step_before_publish() -> None:
         # Read now, not when the write started: a test may add a crash meanwhile.
@@ -170,6 +182,12 @@ async def _export_and_write(
         raise ParticipantError(ErrorCode.INVALID_CHECKPOINT_STATE, str(error)) from error
     except OSError as error:
         raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"writing failed: {error}") from error
+    except (ValueError, TypeError) as error:
+        # The encoder refused a state (nothing was published): say whose, and where.
+        named = unencodable_error(server=server, pairs=exported_states, allow_nan=allow_nan)
+        cause: Exception = named if named is not None else error
+        detail = str(named) if named is not None else f"export failed: {error}"
+        raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, detail) from cause
     return {
         "phase": Phase.COMMITTED,
         "checkpoint_id": checkpoint_id,

@@ -49,6 +49,8 @@ from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBo
 from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
+from envckpt.participant.json_state import NonFinite
+from envckpt.participant.model_calls import ModelCalls, wait_for_boundary
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
@@ -78,8 +80,11 @@ class ParticipantCore:
         gym_instance_id: str | None = None,
         checkpoint_root: str | os.PathLike[str] | None = None,
         max_lease_seconds: float = DEFAULT_MAX_LEASE_SECONDS,
+        model_calls: ModelCalls | None = None,
+        non_finite: NonFinite = NonFinite.REFUSE,
     ) -> None:
         self.server_name = server_name
+        self.non_finite = non_finite  # NaN in exported state: refused by name, or as Gym writes
         self.kind: Kind = parse_kind(kind)
         self.mode: Mode = parse_mode(mode)
         self.instance = validate_path_component(instance or server_name, what="instance")
@@ -89,6 +94,8 @@ class ParticipantCore:
         # What the edge lets a request name (confinement.py); no root: unconfined.
         self.bounds = RequestBounds.of(checkpoint_root, max_lease_seconds=max_lease_seconds)
         self.fence = AttemptFence()
+        # A policy model's generations, which a prepare may refuse (model_calls.py).
+        self.model_calls = model_calls
         self._phase = _PHASES.new(server_name)
         self.set_gym_instance(gym_instance_id)
         self._lock = asyncio.Lock()
@@ -193,14 +200,13 @@ class ParticipantCore:
             return open_.prepare_reply
 
     async def _wait_for_boundary(self, checkpoint_id: str, deadline_ts: float) -> None:
-        while True:
-            self._changed.clear()
-            if self.checkpoint_id != checkpoint_id or self.phase is not Phase.PREPARING:
-                return  # resumed (aborted) meanwhile
-            if self.ready():
-                return
-            if not await self.clock.wait_for_event(self._changed, deadline_ts):
-                return
+        def preparing() -> bool:  # False once resumed (aborted) meanwhile
+            return self.checkpoint_id == checkpoint_id and self.phase is Phase.PREPARING
+
+        await wait_for_boundary(
+            checkpoint_id, deadline_ts, clock=self.clock, changed=self._changed,
+            preparing=preparing, ready=self.ready, calls=self.model_calls,
+        )  # fmt: skip
 
     async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
@@ -232,11 +238,7 @@ class ParticipantCore:
             rules.check_deadline(self.clock.now(), deadline_ts, "commit")
             write = None if self._open is None else self._open.commit
             if write is not None and write.checkpoint_id == checkpoint_id:
-                if write.args != args:
-                    raise ParticipantError(
-                        ErrorCode.CHECKPOINT_CONFLICT,
-                        f"commit {checkpoint_id} was already sent with another directory or scope",
-                    )
+                rules.check_commit_replay(checkpoint_id, write.args, args)
                 if write.failed() and self.phase is Phase.PREPARED:
                     # The write failed before publishing (nothing is published
                     # yet, so the directory is not restorable): write again.
@@ -268,7 +270,7 @@ class ParticipantCore:
         return write
 
     async def _write(self, write: CommitWrite, scope: Scope) -> dict[str, Any]:
-        """The write, then ``commit`` fired and restored attempts left out fenced."""
+        """The write, then ``commit`` fired and restored attempts left out deleted."""
         checkpoint_dir, _, stop = write.args
         reply = await export_and_write(
             write,
@@ -280,14 +282,17 @@ class ParticipantCore:
             current=self.fence.current,
             before_publish=self.before_publish,
             counters=self.counters,
+            server=self.server_name,
+            non_finite=self.non_finite,
         )
         async with self._lock:
             open_ = self._open
             if open_ is not None and open_.commit is write and self.phase is Phase.PREPARED:
                 _PHASES.fire(self._phase, "commit", checkpoint_id=write.checkpoint_id)
             # Restored attempts that never ran and that the scope leaves out
-            # will not be continued: fence them and free their state.
-            dropped = () if scope is None else self.fence.fence_unstarted_outside(scope)
+            # will not be continued: free their state, but fence nothing (as
+            # Gym does), so the controller may start one over as that attempt.
+            dropped = () if scope is None else self.fence.drop_unstarted_outside(scope)
         if dropped:
             await self.hooks.retire(dropped)
         if stop:
@@ -320,6 +325,7 @@ class ParticipantCore:
                 kind=self.kind,
                 instance=self.instance,
                 scope=scope,
+                allow_nan=self.non_finite is NonFinite.GYM,
             )
             # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")

@@ -16,6 +16,7 @@ keeps, per rollout:
     fence.left(episode)               # ... and reaches its boundary
     fence.retire(episodes)            # marks go up before anything stops
     fence.installed(restored, scope)  # a restore's attempts, unstarted
+    fence.drop_unstarted_outside(scope)   # a commit: unstarted ones it leaves out, unfenced
 """
 
 from __future__ import annotations
@@ -157,17 +158,19 @@ class AttemptFence:
         holding = {episode.rollout_id for episode in live | self.in_flight()}
         return tuple(sorted(episode for episode in set(scope) if episode.rollout_id in holding))
 
-    def fence_unstarted_outside(
+    def drop_unstarted_outside(
         self, scope: Iterable[EnvironmentEpisode]
     ) -> tuple[EnvironmentEpisode, ...]:
-        """Retire restored attempts that never ran and that ``scope`` leaves out.
+        """Forget restored attempts that never ran and that ``scope`` leaves out.
 
-        A commit that does not name them will never continue them; the caller
-        frees their state. Returns them, sorted.
+        A commit that does not name them will never continue them, so the
+        caller frees their state. They are **not** fenced (Gym's rule for
+        restored state out of scope): nothing of them ever ran here, so no
+        late request can come from them, and the controller may start the
+        rollout over as that same attempt. Returns them, sorted.
         """
         if not self._unstarted:
             return ()  # nothing restored is waiting: the usual commit
         dropped = tuple(sorted(self._unstarted - set(scope)))
-        self.retire(dropped)
         self._unstarted.difference_update(dropped)
         return dropped

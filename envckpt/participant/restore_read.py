@@ -70,6 +70,8 @@ class VerifiedCheckpoint:
     # The restore's own thread (see the module docstring); its worker exits
     # once this is collected, should the install never run.
     thread: ThreadPoolExecutor = field(compare=False, repr=False)
+    # Read NaN and the infinities as Gym writes them (json_state.NonFinite.GYM).
+    allow_nan: bool = False
 
     @property
     def checkpoint_id(self) -> str:
@@ -84,6 +86,7 @@ def verify(
     instance: str,
     scope: frozenset[EnvironmentEpisode],
     thread: ThreadPoolExecutor,
+    allow_nan: bool = False,
 ) -> VerifiedCheckpoint:
     """The first pass: everything checked, every in-scope state validated; install nothing.
 
@@ -102,15 +105,17 @@ def verify(
         if episode in scope:
             hooks.validate(episode, state)
 
-    identity = store.verify_records(checkpoint_dir, manifest, visit=check)
-    return VerifiedCheckpoint(checkpoint_dir, manifest, identity, scope, thread)
+    identity = store.verify_records(checkpoint_dir, manifest, visit=check, allow_nan=allow_nan)
+    return VerifiedCheckpoint(checkpoint_dir, manifest, identity, scope, thread, allow_nan)
 
 
 def _batches(source: VerifiedCheckpoint, hooks: StateHooks) -> Generator[RestoreBatch, None, None]:
     """The second pass: validated next attempts, in batches of about BATCH_BYTES."""
     batch: RestoreBatch = []
     size = 0
-    records = store.reread_records(source.checkpoint_dir, source.manifest, source.identity)
+    records = store.reread_records(
+        source.checkpoint_dir, source.manifest, source.identity, allow_nan=source.allow_nan
+    )
     for record, line_bytes in records:
         episode, state = store.from_record(record)
         if episode not in source.scope:
@@ -131,13 +136,20 @@ async def verify_in_thread(
     kind: str,
     instance: str,
     scope: frozenset[EnvironmentEpisode],
+    allow_nan: bool = False,
 ) -> VerifiedCheckpoint:
     """``verify`` in the restore's own thread; any refusal is ``invalid_checkpoint_state``."""
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envckpt-restore")
 
     def work() -> VerifiedCheckpoint:
         return verify(
-            checkpoint_dir, hooks=hooks, kind=kind, instance=instance, scope=scope, thread=thread
+            checkpoint_dir,
+            hooks=hooks,
+            kind=kind,
+            instance=instance,
+            scope=scope,
+            thread=thread,
+            allow_nan=allow_nan,
         )
 
     try:

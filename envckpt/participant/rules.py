@@ -134,6 +134,15 @@ def check_commit(
         )
 
 
+def check_commit_replay(checkpoint_id: str, sent: tuple[Any, ...], args: tuple[Any, ...]) -> None:
+    """A repeated commit must name the directory and scope it was first sent with."""
+    if sent != args:
+        raise ParticipantError(
+            ErrorCode.CHECKPOINT_CONFLICT,
+            f"commit {checkpoint_id} was already sent with another directory or scope",
+        )
+
+
 def restore_replay(
     open_: OpenCheckpoint | None, checkpoint_id: str, args: RestoreArgs, *, phase: Phase
 ) -> dict[str, Any] | None:

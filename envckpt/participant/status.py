@@ -3,7 +3,9 @@
 The protocol names ``kind, mode, instance, phase, checkpoint_id,
 lease_expires_at, retired_rollouts, report`` and allows more; envckpt adds
 ``server_name``, ``served_traffic``, ``capabilities`` (what it accepts beyond
-the protocol) and ``counters`` (``counters.ParticipantCounters``)::
+the protocol), ``counters`` (``counters.ParticipantCounters``) and, on a
+policy model, ``model_calls`` (its policy for generations a prepare finds
+running, and how many it refused; see ``model_calls``)::
 
     reply = status_reply(core)      # under the core's lock, after the lease check
 """
@@ -14,6 +16,8 @@ from typing import Any, Protocol
 
 from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.fence import AttemptFence
+from envckpt.participant.model_calls import STATUS_KEY as MODEL_CALLS_KEY
+from envckpt.participant.model_calls import ModelCalls
 from envckpt.protocol import CAPABILITIES
 
 
@@ -28,6 +32,7 @@ class StatusSource(Protocol):
     served_traffic: bool
     fence: AttemptFence
     counters: ParticipantCounters
+    model_calls: ModelCalls | None
 
     @property
     def phase(self) -> Any: ...
@@ -43,6 +48,8 @@ class StatusSource(Protocol):
 
 def status_reply(core: StatusSource) -> dict[str, Any]:
     """The status body of ``core`` as it is now."""
+    calls = core.model_calls
+    extra = {} if calls is None else {MODEL_CALLS_KEY: calls.status()}
     return {
         "kind": core.kind,
         "mode": core.mode,
@@ -56,4 +63,5 @@ def status_reply(core: StatusSource) -> dict[str, Any]:
         "capabilities": list(CAPABILITIES),
         "report": core.report(),
         "counters": core.counters.to_json(),
+        **extra,
     }

@@ -36,6 +36,7 @@ from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, parse_model_calls
 from envckpt.protocol import MODES
 from envckpt.sim.kinds.agent import (
     DEFAULT_PARK_POLL_SECONDS,
@@ -67,6 +68,8 @@ class GymConfig:
     tool_latency: float = 0.0
     park_poll_seconds: float = DEFAULT_PARK_POLL_SECONDS
     audit_path: str | None = None
+    # What a prepare does with generations still decoding (model_calls.py).
+    model_calls: str = DEFAULT_MODEL_CALLS.value
     # The Gym instance id ("shard/replica-0") every participant's events name.
     instance_id: str | None = None
 
@@ -75,6 +78,7 @@ class GymConfig:
             raise ValueError(f"unknown resources mode {self.resources_mode!r}")
         if min(self.model_latency, self.tool_latency) < 0 or self.park_poll_seconds <= 0:
             raise ValueError("latencies must be >= 0 and the park poll interval > 0")
+        parse_model_calls(self.model_calls)
 
 
 def expected_transcript(rollout_id: str, task: Mapping[str, Any], *, seed: int) -> list[str]:
@@ -99,6 +103,7 @@ def build_model_and_tool(
         clock=clock,
         latency=config.model_latency,
         staging_sink=staging_sink,
+        model_calls=parse_model_calls(config.model_calls),
     )
     tool = ToolServer(
         server_name=RESOURCES_SERVER,
@@ -129,9 +134,11 @@ class SimulatedGym:
         faults: FaultPlan | None = None,
         staging_sink: StagingSink | None = None,
         instance_id: str | None = None,
+        model_calls: str = DEFAULT_MODEL_CALLS.value,
     ) -> None:
         config = GymConfig(
             instance_id=instance_id,
+            model_calls=model_calls,
             seed=seed,
             resources_mode=resources_mode,
             judge=judge,

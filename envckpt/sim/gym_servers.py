@@ -41,6 +41,7 @@ from envckpt.http.routes import DEFAULT_LEASE_CHECK_SECONDS, mount_participant
 from envckpt.http.serve import DEFAULT_HOST, ServerLimits, serve, serve_many
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS
 from envckpt.sim.data_clients import HttpModelClient, HttpToolClient
 from envckpt.sim.data_routes import agent_router, data_router, model_router, tool_router
 from envckpt.sim.gym import (
@@ -108,6 +109,7 @@ class GymServers:
         host: str = DEFAULT_HOST,
         expose_docs: bool = False,
         instance_id: str | None = None,
+        model_calls: str = DEFAULT_MODEL_CALLS.value,
     ) -> None:
         serving = Serving(
             Path(os.fspath(checkpoint_root)),
@@ -117,6 +119,7 @@ class GymServers:
         )
         config = GymConfig(
             instance_id=instance_id,
+            model_calls=model_calls,
             seed=seed,
             resources_mode=resources_mode,
             judge=judge,

@@ -45,6 +45,8 @@ from envckpt.http.bodies import DATA_MAX_BODY_BYTES
 from envckpt.http.serve import DEFAULT_HOST, ServerLimits
 from envckpt.http.tokens import TokenUnavailable, secret
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS
+from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, ModelCallPolicy
+from envckpt.process_tie import tie_to_parent
 from envckpt.sim.data_clients import HttpStagingSink
 from envckpt.sim.gym import GymConfig
 from envckpt.sim.gym_servers import GymServers, Serving, judge_app
@@ -88,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model-latency", type=float, default=0.0, help="seconds per generation")
     parser.add_argument("--tool-latency", type=float, default=0.0, help="seconds per tool call")
+    parser.add_argument(
+        "--model-calls",
+        default=DEFAULT_MODEL_CALLS.value,
+        choices=[policy.value for policy in ModelCallPolicy],
+        help="what a prepare does with generations still decoding (%(default)s)",
+    )
     parser.add_argument("--no-judge", action="store_true", help="serve no judge model")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (%(default)s)")
     parser.add_argument(
@@ -192,6 +200,7 @@ async def serve_until_signalled(
         token=token,
         model_latency=args.model_latency,
         tool_latency=args.tool_latency,
+        model_calls=args.model_calls,
         audit_path=None if args.audit is None else str(args.audit),
     )
     try:
@@ -221,6 +230,7 @@ def _serving(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Servi
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    tie_to_parent()  # dies with the process that started it, if that one asked
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.token is not None or args.rows_token is not None:

@@ -13,8 +13,9 @@ are sent first, each back to the instance that holds it. A rollout refused
 as a stale attempt is failed and re-minted as attempt + 1 on the same
 instance; the next snapshot retires the old attempt everywhere.
 
-``run`` ends in one of three ways: every rollout sealed (the snapshot in
-progress, if any, finishes first); ``SnapshotsFailing`` from the snapshot
+``run`` ends in one of three ways: every rollout sealed (``on_finished``, if
+set, is awaited at once, e.g. to record that the job finished; then the
+snapshot in progress, if any, finishes); ``SnapshotsFailing`` from the snapshot
 loop (``snapshot_loop``), the rollouts cancelled; or preempted
 (``preemption``): a final snapshot, the rollouts stopped inside it.
 """
@@ -152,6 +153,8 @@ class RolloutJob:
         if signals is not None:
             signals.on_snapshot_request(self.snapshots.request_now)
         self.on_final_snapshot = on_final_snapshot
+        # Awaited as soon as every rollout is sealed (trainer/finished.py).
+        self.on_finished: Callable[[], Awaitable[None]] | None = None
 
     def _progress(self, event: str, fields: Mapping[str, Any]) -> None:
         # Looked up at each call: callers may replace ``on_progress`` later.
@@ -185,6 +188,8 @@ class RolloutJob:
             ended = {background[future]: future for future in done}
             if "finished" in ended:
                 ended["finished"].result()
+                if self.on_finished is not None:
+                    await self.on_finished()
             elif "preempted" in ended:
                 stop.set()
                 await _settled(_named(background, "snapshots"))

@@ -302,6 +302,31 @@ def admission_open(run: Run) -> str | None:
     return None if reply.status == 200 else f"admission still closed: {reply.describe()}"
 
 
+def left_out_restarts_as_same_attempt(run: Run) -> str | None:
+    """Gym's rule: a restored attempt a commit leaves out is deleted, not fenced.
+
+    After the resume, the controller may start that rollout over as the very
+    attempt the restore installed; its first data call must be admitted.
+    """
+    resumed = run.participant.client.post("resume", checkpoint_id=run.ctx.open_id)
+    if resumed.status != 200:
+        return f"resume after the commit failed: {resumed.describe()}"
+    driver = run.participant.driver
+    if driver is None:
+        return None  # no data routes to look through
+    episode = run.ctx.ep.next_attempt()
+    if run.participant.kind == "agent":
+        try:
+            driver.start(run.participant.kind, episode)  # a refused /run ends at once
+        except AssertionError as error:
+            return f"the left-out attempt cannot restart as itself: {error}"
+        return None
+    reply = driver.data_call(run.participant.kind, episode)
+    if reply.status != 200:
+        return f"the left-out attempt cannot restart as itself: {reply.describe()}"
+    return None
+
+
 def retired(run: Run) -> str | None:
     sent = [EnvironmentEpisode.from_wire(e).capture_key for e in (run.body or {})["episode_ids"]]
     return None if _body(run) == {"retired": sent} else f"retire replied {_body(run)}, sent {sent}"
@@ -349,6 +374,7 @@ CHECKS: dict[str, Callable[[Run], str | None]] = {
     "next_attempt_fenced": data_refused(lambda ctx: ctx.ep.next_attempt(), "stale_attempt"),
     "attempt_fenced": data_refused(lambda ctx: ctx.ep, "stale_attempt"),
     "admission_open": admission_open,
+    "left_out_restarts_as_same_attempt": left_out_restarts_as_same_attempt,
     "retired": retired,
     "forgotten": forgotten,
     "state_kept": state_kept,

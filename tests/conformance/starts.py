@@ -234,6 +234,16 @@ def restored_live(ctx: Ctx) -> None:
     ctx.finished_id, ctx.open_id = ctx.open_id, None
 
 
+def prepared_restored_pending(ctx: Ctx) -> None:
+    """``ep`` restored here as its next attempt, resumed, never run, and a new id prepared."""
+    restored_live(ctx)
+    cid = ctx.new_id("prep")
+    reply = ctx.ok("prepare", checkpoint_id=cid)
+    if reply.get("phase") != "prepared":
+        raise StartFailed(f"prepare did not get ready: {reply}")
+    ctx.open_id, ctx.recorded["prepare"] = cid, reply
+
+
 @dataclass(frozen=True, slots=True)
 class Start:
     """A starting point: its phase, what it needs from the target, how to reach it."""
@@ -256,6 +266,7 @@ STARTS: dict[str, Start] = {
     "preparing": Start("preparing", preparing, state=True, inflight=True),
     "prepared": Start("prepared", prepared),
     "prepared+held": Start("prepared", lambda ctx: prepared(ctx, hold=True), state=True),
+    "prepared+restored_pending": Start("prepared", prepared_restored_pending, state=True),
     "committed": Start("committed", committed),
     "committed+held": Start("committed", lambda ctx: committed(ctx, hold=True), state=True),
     "restored": Start("restored", restored),

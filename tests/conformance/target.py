@@ -225,10 +225,13 @@ def start_sim(
 ) -> subprocess.Popen[bytes]:
     ready = tmp / f"{name}.ready.json"
     log = (tmp / f"{name}.log").open("wb")
+    # The model waits for a generation in flight (never refuses it), so a
+    # prepare can be caught blocked by one, as the rows from preparing need.
     args = [
         sys.executable, "-m", "envckpt.sim.server", "--seed", "7", "--no-judge",
         "--ready-file", str(ready), "--resources-mode", resources_mode,
         "--model-latency", str(latency), "--tool-latency", str(latency),
+        "--model-calls", "wait",
     ]  # fmt: skip
     # Rows write their checkpoint directories under ``tmp``: the servers are confined to it.
     env = {**os.environ, TOKEN_ENV: token, ROOT_ENV: str(tmp)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -91,13 +92,14 @@ def test_a_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "a-file"
     target.write_text("x")
     code, _, errors = run_main(["--in-process", *SMALL, "--dir", str(target)])
-    assert code == 2 and "not a directory" in errors
+    assert code == 3 and "not a directory" in errors  # an unusable directory: exit 3
 
 
 def test_the_demo_exits_non_zero_on_a_failing_verdict(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """main returns 1 and prints VERDICT: FAIL when the verdict fails, and removes its temp dir."""
+    """main returns 1 and prints VERDICT: FAIL when the verdict fails; its temporary directory
+    is kept and named, with its verdict.json."""
     seen: list[Path] = []
 
     async def failing(settings: DemoSettings, plan: list[Interruption]) -> tuple[Verdict, str]:
@@ -111,7 +113,10 @@ def test_the_demo_exits_non_zero_on_a_failing_verdict(
         assert envckpt.demo.main(["--in-process", "--instances", "1", "--rollouts", "1"]) == 1
     output = capsys.readouterr().out
     assert "VERDICT: FAIL" in output and "tables" in output
-    assert len(seen) == 1 and not seen[0].exists()
+    assert len(seen) == 1 and seen[0].is_dir()
+    assert f"run directory: {seen[0]}" in output
+    assert f"verdict: {seen[0] / 'verdict.json'}" in output
+    shutil.rmtree(seen[0])
 
 
 @pytest.mark.parametrize("argv", [["--kills", "0"], ["--in-process", "--ray"]])

@@ -9,6 +9,7 @@ next restore, then fresh processes restore and finish.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.nemo_gym import NemoGymDemo, end_group
 from envckpt.demo.nemo_gym_verdict import judge_nemo_gym, read_nemo_gym_run
 from envckpt.demo.report import NUMBERS
+
+from helpers.demo_cli import run_main
 
 
 def test_the_nemo_gym_demo_kills_for_real_and_passes_its_verdict(nemo_gym_run: Any) -> None:
@@ -102,3 +105,32 @@ def test_end_group_kills_what_a_run_left_behind(tmp_path: Path) -> None:
         time.sleep(0.05)  # reaped by init
     assert not Path(f"/proc/{child}").exists()
     assert end_group(leader.pid, timeout=1.0)  # nothing left: gone at once
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.skipif(
+    os.environ.get("ENVCKPT_LONG_GENERATIONS") != "1",
+    reason="8 s generations take minutes: ENVCKPT_LONG_GENERATIONS=1 runs it",
+)
+def test_eight_second_generations_under_a_two_second_prepare(tmp_path: Path) -> None:
+    """The done-when run: every snapshot publishes, every pause stays under 3 s, the kills
+    are survived, every reward equals the uninterrupted run's, generations were refused."""
+    code, out, err = run_main(
+        [
+            "--nemo-gym",
+            "--generation-seconds",
+            "8",
+            "--prepare-seconds",
+            "2",
+            "--dir",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0, out + err
+    verdict = json.loads((tmp_path / "verdict.json").read_text())
+    checks = {c["check"]: c["passed"] for c in verdict["checks"]}
+    assert verdict["passed"] and checks["every reward equals an uninterrupted run's"]
+    assert verdict["snapshots_published"] > 0 and verdict["snapshots_failed"] == 0
+    assert verdict["max_pause_seconds"] < 3.0
+    assert verdict["model_calls_refused"] > 0 and verdict["kills"] == 2

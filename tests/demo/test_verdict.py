@@ -389,3 +389,75 @@ def test_recomputed_turns_are_the_effects_no_result_kept(tmp_path: Path) -> None
     planned.planned = [Interruption(KILL)]
     planned.strikes = [Strike(1, KILL, snapshots=1)]
     assert judge(b.settings, planned).numbers["kills"] == 1
+
+
+# ---- planned and struck, requeues, the demo's own interruption ------------------------
+
+
+def test_a_planned_kill_the_job_finished_before_is_no_failure(
+    killed_run: tuple[DemoSettings, RunRecord],
+) -> None:
+    """--kills 3 on a job that finished before the third: PASS, planned vs struck stated."""
+    settings, record = killed_run
+    record = copy.deepcopy(record)
+    record.planned = [*record.planned, Interruption(KILL, after_snapshots=1, seed=5)]
+    verdict = judge(settings, record)
+    assert verdict.passed, verdict.render()
+    assert (verdict.numbers["kills"], verdict.numbers["kills_planned"]) == (2, 3)
+    detail = next(d for name, _, d in verdict.checks if name.startswith("every planned"))
+    assert "2 struck of 3 planned" in detail and "the job finished first" in detail
+
+
+def test_a_planned_kill_missing_from_a_job_that_did_not_finish_still_fails(
+    killed_run: tuple[DemoSettings, RunRecord],
+) -> None:
+    """Tampered: the same, but the job never finished: the missing strike is a failure."""
+    settings, record = killed_run
+    record = copy.deepcopy(record)
+    record.planned = [*record.planned, Interruption(KILL, after_snapshots=1, seed=5)]
+    record.done = False
+    assert "every planned interruption struck after a published snapshot" in failed(
+        settings, record
+    )
+
+
+def test_a_requeue_after_the_finish_must_change_nothing(
+    killed_run: tuple[DemoSettings, RunRecord],
+) -> None:
+    """A run that found the job finished passes when its exit is 0 and results unchanged;
+    tampered (results changed, or a failing exit) it fails."""
+    settings, record = killed_run
+    requeue = max(record.exits) + 1
+    good = copy.deepcopy(record)
+    good.exits[requeue], good.requeues[requeue] = 0, True
+    verdict = judge(settings, good)
+    assert verdict.passed and verdict.numbers["requeues_after_finish"] == 1
+    changed = copy.deepcopy(good)
+    changed.requeues[requeue] = False
+    assert failed(settings, changed) == ["every run after the job finished was a no-op"]
+    crashed = copy.deepcopy(good)
+    crashed.exits[requeue] = 1
+    assert "every run after the job finished was a no-op" in failed(settings, crashed)
+
+
+def test_a_run_cut_short_by_the_demo_is_not_held_to_its_plan(
+    killed_run: tuple[DemoSettings, RunRecord],
+) -> None:
+    """The demo itself was killed during run 1 (no strike, no exit code): not a failure."""
+    settings, record = killed_run
+    record = copy.deepcopy(record)
+    record.strikes = [s for s in record.strikes if s.incarnation != 1]
+    record.exits[1] = None
+    record.cut_short.add(1)
+    verdict = judge(settings, record)
+    assert verdict.passed, verdict.render()
+    assert verdict.numbers["kills"] == 1 and verdict.numbers["kills_planned"] == 2
+
+
+def test_the_longest_pause_is_the_largest_snapshot_pause(
+    killed_run: tuple[DemoSettings, RunRecord],
+) -> None:
+    """max_pause_seconds: the largest pause any published snapshot held the environment."""
+    settings, record = killed_run
+    verdict = judge(settings, record)
+    assert record.pauses and verdict.numbers["max_pause_seconds"] == round(max(record.pauses), 3)

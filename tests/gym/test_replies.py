@@ -197,6 +197,21 @@ def test_an_agent_owning_an_episode_another_agent_parks_is_no_conflict() -> None
 # ------------------------------------------------ rule: restore source and scope
 
 
+def test_a_commit_of_episodes_no_agent_can_restore_is_refused() -> None:
+    """A deployment without an agent: its snapshot could never be restored, so the commit of
+    a non-empty scope is refused (an empty scope is fine)."""
+    without_agents = Participants((Member("policy", Kind.MODEL), Member("tools", Kind.RESOURCES)))
+    raw = commit_replies()
+    raw = {"policy": raw["policy"], "tools": raw["tools"]}
+    with pytest.raises(ProtocolViolation, match="no agent takes part"):
+        replies.commit_summary(without_agents, SCOPE, raw)
+    empty = {
+        "policy": {"episode_ids": [], "staging_keys": [], "staging_keys_by_episode": {}},
+        "tools": {"episode_ids": []},
+    }
+    assert replies.commit_summary(without_agents, (), empty).exported_episodes == ()
+
+
 def test_every_participant_must_restore_from_the_expected_source() -> None:
     """A participant restoring another checkpoint's state is refused, naming it."""
     raw = restore_replies()

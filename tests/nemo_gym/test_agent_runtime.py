@@ -112,6 +112,7 @@ async def test_a_run_parks_at_a_boundary_and_continues_after_resume() -> None:
         "continued": [],
         "applications": [],
         "steps": 3,
+        "model_calls_refused": 0,
     }
     assert agent.live_episodes() == frozenset()
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,9 +25,13 @@ import pytest
 pytest.importorskip("responses_api_agents.simple_agent.app")
 
 from envckpt.nemo_gym import evidence, examples
-from envckpt.nemo_gym.job import DeploymentSpec, JobSpec
+from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.event_log import read_events
+
+from helpers.proc_tree import alive, command, descendants
+
+GONE_SECONDS = 5.0  # the promise: nothing a SIGKILLed trainer started outlives it longer
 
 
 def job_spec(directory: Path, *, counters: int, multi_turns: int) -> JobSpec:
@@ -204,3 +209,203 @@ async def test_control_rows_stay_out_of_the_ledger() -> None:
     await sink.stage("r1.control", "r1.control/b", "{}")
     assert pending.rows == ["r1/a"]
     assert sink.control == {"r1.control/b": ("r1.control", "{}")}
+
+
+# ------------------------------------------------- the job's edges, real processes
+
+
+def counter_job(directory: Path, *, tasks: int = 2, **fields: Any) -> JobSpec:
+    """One deployment (counter: 4 servers), a few tasks; saved as job.json."""
+    spec = JobSpec(
+        directory=directory,
+        deployments=(DeploymentSpec("counter", examples.counter_config(), agent="counter_agent"),),
+        tasks=tuple(
+            {"rollout_id": f"count-{i}", "shard": "counter", "task": task}
+            for i, task in enumerate(examples.counter_tasks(tasks))
+        ),
+        **{"snapshot_every": 0.3, "in_flight_per_instance": 2, **fields},
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    spec.save(directory / "job.json")
+    return spec
+
+
+def run_job_process(spec: JobSpec, incarnation: int, *, timeout: float = 240) -> tuple[int, str]:
+    """``python -m envckpt.nemo_gym.job`` to its end: exit code, and stdout + stderr."""
+    spec_file = str(spec.directory / "job.json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envckpt.nemo_gym.job",
+            "--spec",
+            spec_file,
+            "--incarnation",
+            str(incarnation),
+        ],
+        capture_output=True,
+        timeout=timeout,
+        start_new_session=True,
+    )
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
+def tree_state(directory: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every entry under ``directory``: mode, size, inode and mtime (lstat, links not followed)."""
+    state = {}
+    for path in [directory, *sorted(directory.rglob("*"))]:
+        info = path.lstat()
+        state[str(path.relative_to(directory))] = (
+            info.st_mode,
+            info.st_size,
+            info.st_ino,
+            info.st_mtime_ns,
+        )
+    return state
+
+
+def test_a_job_killed_after_it_finished_requeues_as_a_no_op(tmp_path: Path) -> None:
+    """Killed after every rollout sealed (during its control run): run again it exits 0 with
+    'already finished', redoes no rollout, and no file under its directory changes."""
+    spec = counter_job(tmp_path / "job", control_run=True, policy_latency=0.5)
+    job = start(spec, 1)
+    try:
+        give_up = time.monotonic() + 240
+        while not any(e["event"] == "done" for e in read_events(spec.directory / "events.jsonl")):
+            assert job.poll() is None and time.monotonic() < give_up, (
+                spec.directory / "job-1.out"
+            ).read_text()[-3000:]
+            time.sleep(0.02)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)  # the whole job, before its control run ends
+        job.wait()
+    results = json.loads((spec.directory / "results.json").read_text())
+    assert set(results) == {"count-0", "count-1"}
+    assert (spec.root / "FINISHED.json").exists()
+    before = tree_state(spec.directory)
+    code, output = run_job_process(spec, 2, timeout=60)
+    assert code == 0 and "already finished" in output and "Traceback" not in output, output
+    assert tree_state(spec.directory) == before  # the audit included: no tool call again
+
+
+def test_a_damaged_finished_record_refuses_the_start(tmp_path: Path) -> None:
+    """Tampered: a FINISHED.json that does not verify refuses (exit 3), nothing starts."""
+    spec = counter_job(tmp_path / "job")
+    spec.root.mkdir(parents=True)
+    (spec.root / "FINISHED.json").write_text('{"kind": "envckpt.finished"}')
+    code, output = run_job_process(spec, 1, timeout=60)
+    assert code == 3 and "FINISHED.json" in output and "Traceback" not in output, output
+    assert not (spec.directory / "run-1").exists()
+
+
+def test_an_unusable_root_exits_3_before_any_server_starts(tmp_path: Path) -> None:
+    """The snapshot root is a file: one line, exit 3, no server launched."""
+    spec = counter_job(tmp_path / "job")
+    spec.root.write_text("not a directory")
+    code, output = run_job_process(spec, 1, timeout=60)
+    assert code == 3 and "Traceback" not in output, output
+    assert not (spec.directory / "run-1").exists()
+    assert len([line for line in output.splitlines() if line.strip()]) == 1, output
+
+
+def test_a_port_the_config_names_held_elsewhere_exits_3_naming_it(tmp_path: Path) -> None:
+    """A listening socket on the agent's configured port: exit 3 naming port and holder."""
+    config = examples.counter_config()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config["counter_agent"]["responses_api_agents"]["simple_agent"]["port"] = port
+        spec = counter_job(tmp_path / "job")
+        spec = JobSpec.from_json(
+            {
+                **spec.to_json(),
+                "deployments": [{"shard": "counter", "config": config, "agent": "counter_agent"}],
+            }
+        )
+        spec.save(spec.directory / "job.json")
+        code, output = run_job_process(spec, 1, timeout=120)
+    assert code == 3 and "Traceback" not in output, output
+    assert f"port {port} is held by pid {os.getpid()}" in output
+
+
+def test_snapshots_failing_in_a_row_exit_4(tmp_path: Path) -> None:
+    """Generations outlast a prepare that waits for them: the snapshots fail, exit 4, one line."""
+    spec = counter_job(
+        tmp_path / "job", policy_latency=3.0, prepare_seconds=0.3, model_calls="wait"
+    )
+    code, output = run_job_process(spec, 1)
+    assert code == 4 and "Traceback" not in output, output[-3000:]
+    stopped = [e for e in read_events(spec.directory / "events.jsonl") if e["event"] == "stopped"]
+    assert stopped and stopped[0]["error"] == "SnapshotsFailing"
+
+
+def test_long_generations_are_refused_at_prepare_and_asked_again(tmp_path: Path) -> None:
+    """Generations of 1.5 s, a 1 s prepare budget: every snapshot publishes, the refused calls
+    are issued again from the same turn, and every reward equals the uninterrupted run's."""
+    spec = counter_job(tmp_path / "job", policy_latency=1.5, prepare_seconds=1.0, control_run=True)
+    code, output = run_job_process(spec, 1)
+    assert code == 0, output[-3000:]
+    events = read_events(spec.directory / "events.jsonl")
+    published = [e for e in events if e["event"] == "snapshot"]
+    assert published and not [e for e in events if e["event"] == "snapshot_failed"]
+    results = json.loads((spec.directory / "results.json").read_text())
+    control = json.loads((spec.directory / "control.json").read_text())
+    assert evidence.reward_mismatches(results, control) == []
+    assert all(result["reward"] == 1.0 for result in results.values())
+    refused = sum(result["envckpt"]["model_calls_refused"] for result in results.values())
+    assert refused >= 1, "no snapshot refused a generation in flight"
+    pauses = [e["metrics"]["snapshot_paused_seconds"] for e in published]
+    assert max(pauses) < spec.policy_latency + spec.prepare_seconds  # never a whole generation
+
+
+def test_sigkill_of_the_trainer_alone_leaves_no_process(tmp_path: Path) -> None:
+    """Only the trainer's pid is SIGKILLed: its servers, forkserver and helpers are all gone
+    within 5 s (counted in /proc)."""
+    spec = counter_job(tmp_path / "job", policy_latency=2.0)
+    job = start(spec, 1)
+    tree: set[int] = set()
+    try:
+        give_up = time.monotonic() + 240
+        while not any(
+            e["event"] == "launched" for e in read_events(spec.directory / "events.jsonl")
+        ):
+            assert job.poll() is None and time.monotonic() < give_up, (
+                spec.directory / "job-1.out"
+            ).read_text()[-3000:]
+            time.sleep(0.05)
+        tree = descendants(job.pid)
+        assert len(tree) >= 5, [command(pid) for pid in tree]  # 4 servers, forkserver, ...
+        os.kill(job.pid, signal.SIGKILL)  # the trainer alone, not its group
+        job.wait()
+        gone_by = time.monotonic() + GONE_SECONDS
+        while alive(tree) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        left = alive(tree)
+        assert not left, [command(pid) for pid in left]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        for pid in alive(tree):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_deployment_whose_agent_takes_no_part_is_refused_at_start(tmp_path: Path) -> None:
+    """The agent runs unmodified (no participant): no snapshot could restore its rollouts (nor
+    would its /run park for one), so the job refuses to start: exit 3, one line, nothing run."""
+    config = examples.counter_config()
+    config["envckpt"] = {**config["envckpt"], "plain_servers": ["counter_agent"]}
+    spec = counter_job(tmp_path / "job", policy_latency=1.0, model_calls="wait")
+    spec = JobSpec.from_json(
+        {
+            **spec.to_json(),
+            "deployments": [{"shard": "counter", "config": config, "agent": "counter_agent"}],
+        }
+    )
+    spec.save(spec.directory / "job.json")
+    code, output = run_job_process(spec, 1)
+    assert code == 3 and "Traceback" not in output, output[-3000:]
+    assert "counter_agent takes no part in checkpoints" in output
+    events = read_events(spec.directory / "events.jsonl")
+    assert not [e for e in events if e["event"] in ("dispatched", "snapshot")]

@@ -139,8 +139,11 @@ def test_a_picked_port_taken_every_time_fails_after_the_attempts(
     assert log.count("address already in use") == launcher.PORT_ATTEMPTS == 3
 
 
-def test_a_taken_port_the_config_names_fails_at_once(tmp_path: Path, held_port: int) -> None:
-    """A port the config names is the operator's: no other is tried."""
+def test_a_taken_port_the_config_names_fails_at_once(
+    tmp_path: Path, held_port: int, request: pytest.FixtureRequest
+) -> None:
+    """A port the config names is the operator's: no other is tried; the error names the
+    port and, for a listening holder, its pid, before any server starts."""
     inner = dict(COUNTER["counter"]["resources_servers"]["example_session_state_mgmt"])
     config = {
         **COUNTER,
@@ -149,8 +152,15 @@ def test_a_taken_port_the_config_names_fails_at_once(tmp_path: Path, held_port: 
         },
     }
     token_file = write_token_file(tmp_path / "token", TOKEN)
-    with pytest.raises(launcher.ServersExited) as failed:
+    with pytest.raises(launcher.PortInUse) as failed:
         launch(config, run_dir=tmp_path / "run", token_file=token_file)
-    assert "attempts" not in str(failed.value) and failed.value.names == ["counter"]
-    log = (tmp_path / "run" / "counter.log").read_text().lower()
-    assert log.count("address already in use") == 1
+    error = failed.value
+    assert "attempts" not in str(error) and error.names == ["counter"]
+    assert error.port == held_port and f"port {held_port}" in str(error)
+    log = tmp_path / "run" / "counter.log"
+    if request.node.callspec.params["held_port"] == "listening":
+        # Seen in /proc/net/tcp: refused before the server was started at all.
+        assert f"pid {os.getpid()}" in error.holder and not log.exists()
+    else:
+        # Bound, not listening, is not in /proc/net/tcp: the server's bind names it.
+        assert log.read_text().lower().count("address already in use") == 1

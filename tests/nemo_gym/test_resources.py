@@ -6,18 +6,22 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 
 pytest.importorskip("resources_servers.example_session_state_mgmt.app")
 
+from fastapi import Request
 from nemo_gym.base_resources_server import (
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.server_utils import SESSION_ID_KEY
 from pydantic import Field
 from resources_servers.example_multi_turn_gymnasium.app import ExampleMultiTurnEnv
 from resources_servers.example_session_state_mgmt.app import StatefulCounterResourcesServer
@@ -28,6 +32,7 @@ from envckpt.ids import mint_checkpoint_id
 from envckpt.nemo_gym.resources import APPLICATION_HEADER, SavedSession
 from envckpt.nemo_gym.settings import CONFIG_BLOCK
 
+from helpers.http_deployment import TOKEN
 from helpers.nemo_gym_servers import global_config, hosted
 
 PARAMS = {"input": [{"role": "user", "content": "add 2"}]}
@@ -287,3 +292,98 @@ async def test_a_blackjack_hand_continues_with_the_same_cards_after_restore(tmp_
     async with serve(second_app) as url, httpx.AsyncClient(cookies=cookies) as client:
         again = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
     assert again == original
+
+
+class PriceTables(SimpleResourcesServer):
+    """Per-session prices, as a pandas-backed tool keeps them: a missing one is NaN."""
+
+    ray_enabled = False
+    checkpoint_mode: ClassVar[str] = "export_restore"
+    prices: dict[str, list[float]] = Field(default_factory=dict)
+
+    async def seed_session(
+        self, request: Request, body: BaseSeedSessionRequest
+    ) -> BaseSeedSessionResponse:
+        self.prices[request.session[SESSION_ID_KEY]] = [1.5, float("nan")]
+        return BaseSeedSessionResponse()
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+    def export_session(self, session_id: str) -> dict[str, Any] | None:
+        prices = self.prices.get(session_id)
+        return None if prices is None else {"prices": list(prices)}
+
+    def restore_session(self, session_id: str, state: dict[str, Any]) -> None:
+        self.prices[session_id] = list(state["prices"])
+
+
+def tables(non_finite: str | None) -> tuple[Any, Any]:
+    config = global_config("tables", "resources_servers", "test", domain="other")
+    if non_finite is not None:
+        config[CONFIG_BLOCK] = {"non_finite": non_finite}
+    return hosted(PriceTables, "tables", config=config)
+
+
+async def test_a_nan_in_session_state_fails_the_commit_naming_server_session_and_key(
+    tmp_path: Path,
+) -> None:
+    """Over HTTP: 500 checkpoint_error naming the server, the episode, the session and the key;
+    nothing published. (The control calls carry the session's cookie: the gate must let the
+    control plane through, not admit a prepare as the episode's work and wait for itself.)"""
+    server, app = tables(None)
+    core = server.envckpt.core
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        await client.post(f"{url}/ng-rollout/r1/seed_session", json={})
+        (session_id,) = server.prices
+        cid = mint_checkpoint_id("c")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        control = f"{url}/ng-control/v1/checkpoint"
+        await client.post(
+            f"{control}/prepare",
+            json={"checkpoint_id": cid, "deadline_ts": deadline()},
+            headers=headers,
+        )
+        reply = await client.post(
+            f"{control}/commit",
+            json={
+                "checkpoint_id": cid,
+                "deadline_ts": deadline(),
+                "checkpoint_dir": str(tmp_path),
+                "episode_ids": None,
+            },
+            headers=headers,
+        )
+    assert reply.status_code == 500, reply.text
+    error = reply.json()["error"]
+    assert error["code"] == "checkpoint_error"
+    for named in ("server tables", "episode r1", f"session {session_id}", "state.prices[1]", "NaN"):
+        assert named in error["detail"], error["detail"]
+    assert not list(tmp_path.rglob("manifest.json"))
+    assert core.phase == "prepared"  # the snapshot fails; the participant is unchanged
+
+
+async def test_with_gyms_setting_a_nan_is_written_and_restored(tmp_path: Path) -> None:
+    """envckpt.non_finite: gym: the NaN goes to disk as Gym writes it and comes back a NaN."""
+    server, app = tables("gym")
+    episode = EnvironmentEpisode("r1", 0)
+    async with serve(app) as url, httpx.AsyncClient() as client:
+        await client.post(f"{url}/ng-rollout/r1/seed_session", json={})
+        cid = mint_checkpoint_id("c")
+        core = server.envckpt.core
+        await core.prepare(cid, deadline_ts=deadline())
+        await core.commit(
+            cid, deadline_ts=deadline(), checkpoint_dir=str(tmp_path), episode_ids=[episode]
+        )
+    (records,) = tmp_path.rglob("records-*.jsonl")
+    assert b"NaN" in records.read_bytes()
+    fresh, _ = tables("gym")
+    restored = await fresh.envckpt.core.restore(
+        mint_checkpoint_id("r"),
+        deadline_ts=deadline(),
+        checkpoint_dir=str(tmp_path),
+        episode_ids=[episode],
+    )
+    assert restored["restored"] == ["r1-a1"]
+    (prices,) = fresh.prices.values()
+    assert prices[0] == 1.5 and prices[1] != prices[1]

@@ -13,6 +13,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant import store
 from envckpt.participant.commit_write import CommitWrite, export_and_write
+from envckpt.participant.json_state import NonFinite, UnencodableState
 from envckpt.protocol import Kind
 
 from helpers.participant_doubles import JsonStateHooks, ep
@@ -33,6 +34,7 @@ async def _write(
     before_publish: list[Any] | None = None,
     current: Any = None,
     aborted: bool = False,
+    non_finite: NonFinite = NonFinite.REFUSE,
 ) -> dict[str, Any]:
     write = CommitWrite("c1", (str(directory), None, False))
     write.aborted = aborted
@@ -46,6 +48,8 @@ async def _write(
             scope=scope,
             current=current or frozenset,
             before_publish=before_publish or [],
+            server="tools",
+            non_finite=non_finite,
         )
     )
     return await write.task
@@ -103,14 +107,47 @@ async def test_a_state_the_envelope_cannot_hold_fails_before_any_file(
     assert not (tmp_path / "gym").exists()
 
 
-async def test_a_nan_in_a_state_publishes_nothing(tmp_path: Path) -> None:
-    """NaN is refused while the lines are encoded: no manifest, no records file left."""
-    hooks = JsonStateHooks("agent")
-    hooks.put(ep("r1"), reward=float("nan"))
-    with pytest.raises(ValueError):
+async def test_a_nan_in_a_state_publishes_nothing_and_names_server_episode_and_key(
+    tmp_path: Path,
+) -> None:
+    """NaN is refused while the lines are encoded: checkpoint_error naming the server, the
+    episode, the session and the key; no manifest, no records file left."""
+    hooks = RawStates("resources")
+    hooks.states[ep("r0")] = {"session_id": "s0", "state": {"count": 1}}
+    table = {"rows": [{"price": 1.5}, {"price": float("nan")}]}
+    hooks.states[ep("r1", 2)] = {"session_id": "s1", "state": {"tables": table}}
+    with pytest.raises(ParticipantError) as caught:
         await _write(hooks, tmp_path)
+    error = caught.value
+    assert error.code == "checkpoint_error"
+    assert isinstance(error.__cause__, UnencodableState)
+    assert (error.__cause__.server, error.__cause__.episode, error.__cause__.session) == (
+        "tools",
+        "r1-a2",
+        "s1",
+    )
+    assert error.__cause__.key == "state.tables.rows[1].price"
+    assert "tools" in error.detail and "r1-a2" in error.detail and "NaN" in error.detail
     directory = store.participant_dir(tmp_path, "agent", "agent")
     assert list(directory.iterdir()) == []
+
+
+async def test_with_gyms_setting_nan_is_written_as_gym_writes_it_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """non_finite=gym: Python json's NaN and Infinity tokens on disk, floats again on reading."""
+    hooks = RawStates("agent")
+    hooks.states[ep("r1")] = {"reward": float("nan"), "bound": float("-inf"), "ok": 1.0}
+    await _write(hooks, tmp_path, non_finite=NonFinite.GYM)
+    directory = store.participant_dir(tmp_path, "agent", "agent")
+    manifest = store.read_manifest(tmp_path, kind="agent", instance="agent")
+    line = (directory / manifest.records_file).read_bytes()
+    assert b'"reward":NaN' in line and b'"bound":-Infinity' in line
+    assert json.loads(line)["ok"] == 1.0  # what Gym's own reader (json.loads) reads
+    with pytest.raises(Exception, match="NaN"):  # the strict reader refuses it
+        list(store.iter_records(tmp_path, manifest))
+    (record,) = store.iter_records(tmp_path, manifest, allow_nan=True)
+    assert record["reward"] != record["reward"] and record["bound"] == float("-inf")
 
 
 async def test_a_write_stopped_before_its_manifest_is_stale_and_unpublished(
@@ -155,8 +192,8 @@ async def test_the_lines_are_encoded_off_the_event_loop(
     threads: list[bool] = []
     real = store.envelope_lines
 
-    def spy(pairs: Any) -> Any:
-        for line in real(pairs):
+    def spy(pairs: Any, *, allow_nan: bool = False) -> Any:
+        for line in real(pairs, allow_nan=allow_nan):
             try:
                 asyncio.get_running_loop()
                 threads.append(False)

@@ -6,6 +6,13 @@ finished ids and past their deadline), clock jumps, restores into a fresh
 core and restores into the same, used one; a small reference model predicts
 every reply and refusal code, the phase, the open id, the lease, the marks,
 the held state and the fenced ids.
+
+Model calls (``model_calls``): generations admitted and left running, under a
+policy drawn per example (``ModelCoreMachine``; the plain machine waits). A
+prepare refuses the ones still generating (at once, or half-way to its
+deadline) unless the policy waits; a refused generation records no state and
+its caller gets ``admission_closed`` ("model call refused"), and the model
+predicts which were refused and when the prepare got ready.
 """
 
 from __future__ import annotations
@@ -20,7 +27,13 @@ from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
@@ -28,6 +41,12 @@ from envckpt.errors import ParticipantError
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import store
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.model_calls import (
+    ModelCallPolicy,
+    ModelCalls,
+    deliver,
+    is_refused_call,
+)
 from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT
 
 from helpers.participant_doubles import START, JsonStateHooks, Turn
@@ -55,6 +74,9 @@ class Model:
         self.latest: dict[str, int] = {}
         self.states: dict[EnvironmentEpisode, int] = {}
         self.in_flight: list[EnvironmentEpisode] = []
+        # The in-flight calls that are model generations a prepare may refuse.
+        self.generating: list[EnvironmentEpisode] = []
+        self.refused = 0
         self.prepare_reply: dict[str, Any] | None = None
         self.write: tuple[str, str, dict[str, Any]] | None = None
         # restored: (directory, scope capture keys) and the reply a replay returns.
@@ -110,6 +132,7 @@ class Model:
 
         self.states = {e: t for e, t in self.states.items() if not gone(e)}
         self.in_flight = [e for e in self.in_flight if not gone(e)]
+        self.generating = [e for e in self.generating if not gone(e)]
 
     def holds_newer(self, saved: EnvironmentEpisode) -> bool:
         """This process holds the attempt a restore of ``saved`` installs, or a newer one."""
@@ -129,6 +152,46 @@ class Model:
         return "deadline_exceeded" if late else None
 
 
+class Generation:
+    """One admitted model call left generating until ``release``; it records its turn when done."""
+
+    def __init__(self, core: ParticipantCore, hooks: JsonStateHooks, episode: EnvironmentEpisode):
+        self.core, self.hooks, self.episode = core, hooks, episode
+        self.generating = asyncio.Event()
+        self.release = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(
+        cls, core: ParticipantCore, hooks: JsonStateHooks, episode: EnvironmentEpisode
+    ) -> Generation:
+        generation = cls(core, hooks, episode)
+        generation.task = asyncio.create_task(generation._run())
+        started = asyncio.create_task(generation.generating.wait())
+        await asyncio.wait({generation.task, started}, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        if generation.task.done():
+            generation.task.result()  # raises the admission error
+        return generation
+
+    async def _decode(self) -> None:
+        self.generating.set()
+        await self.release.wait()
+        deliver()
+
+    async def _run(self) -> None:
+        assert self.core.model_calls is not None
+        async with self.core.admit(self.episode):
+            await self.core.model_calls.generate(self.episode, self._decode())
+            if self.core.fence.is_current(self.episode):  # a retired one records nothing
+                state = self.hooks.states.get(self.episode, {"turn": 0})
+                self.hooks.put(self.episode, state["turn"] + 1)
+
+
+async def _join(task: asyncio.Task[None]) -> None:
+    await task
+
+
 class CoreMachine(RuleBasedStateMachine):
     """Drives one participant core; every rule is sync on a per-example runner."""
 
@@ -141,19 +204,26 @@ class CoreMachine(RuleBasedStateMachine):
         self.used_ids: list[str] = []
         self.minted = 0
         self.turns: list[Turn] = []
+        self.generations: list[Generation] = []
         self.published: list[tuple[Path, str, list[dict[str, Any]]]] = []
+        self.policy = ModelCallPolicy.WAIT
         self._new_core()
 
     def _new_core(self) -> None:
         self.hooks = JsonStateHooks("agent")
         self.hooks.on_retire.append(self._stop_retired_turns)
         self.core = ParticipantCore(
-            server_name="agent", kind="agent", hooks=self.hooks, clock=self.clock, lease_grace=GRACE
+            server_name="agent",
+            kind="agent",
+            hooks=self.hooks,
+            clock=self.clock,
+            lease_grace=GRACE,
+            model_calls=ModelCalls(self.policy),
         )
 
     def teardown(self) -> None:
         try:
-            for turn in self.turns:
+            for turn in [*self.turns, *self.generations]:
                 turn.release.set()
             self.runner.run(asyncio.sleep(0))
         finally:
@@ -205,7 +275,7 @@ class CoreMachine(RuleBasedStateMachine):
         return result
 
     def _stop_retired_turns(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        for turn in self.turns:
+        for turn in [*self.turns, *self.generations]:
             if any(
                 turn.episode.rollout_id == r.rollout_id and turn.episode.attempt <= r.attempt
                 for r in episodes
@@ -284,6 +354,7 @@ class CoreMachine(RuleBasedStateMachine):
                 replay = model.prepare_reply  # prepared, or committed since
             elif model.phase != "preparing":
                 expected = "invalid_phase"
+        started = self.clock.now()
         reply = self.call(expected, self.core.prepare(checkpoint_id, deadline_ts=deadline))
         if reply is None:
             return
@@ -292,6 +363,7 @@ class CoreMachine(RuleBasedStateMachine):
             assert reply == replay
             return
         model.phase, model.open_id = "preparing", checkpoint_id
+        self._collect_refused()
         if model.in_flight:
             assert reply["phase"] == "preparing"
             assert reply["report"]["blockers"] == sorted({e.capture_key for e in model.in_flight})
@@ -300,6 +372,70 @@ class CoreMachine(RuleBasedStateMachine):
             assert reply["phase"] == "prepared"
             model.phase = "prepared"
             model.prepare_reply = reply
+            refuse_at = ModelCalls(self.policy).refuse_at(started, deadline)
+            # Ready once the last generation was refused (or at once, with none running).
+            assert self.clock.now() in (started, refuse_at)
+
+    def _collect_refused(self) -> None:
+        """The policy refused every generation still running: they end, having recorded nothing."""
+        model = self.model
+        if self.policy is ModelCallPolicy.WAIT:
+            return
+        refused = [g for g in self.generations if g.episode in model.generating]
+        for generation in refused:
+            assert generation.task is not None
+            try:
+                self.run(_join(generation.task))
+            except ParticipantError as error:
+                assert is_refused_call(error), error
+            else:
+                raise AssertionError(f"{generation.episode} was not refused")
+            self.generations.remove(generation)
+            model.in_flight.remove(generation.episode)
+            model.generating.remove(generation.episode)
+            model.refused += 1
+        event(f"prepare refused {len(refused)} generation(s) under {self.policy}")
+
+    @rule(rollout=ROLLOUTS, attempt=ATTEMPTS)
+    def start_generation(self, rollout: str, attempt: int) -> None:
+        """Admit a model call and leave it generating (at most three at a time)."""
+        if len(self.generations) >= 3:
+            return
+        self.settle()
+        episode = EnvironmentEpisode(rollout, attempt)
+        expected = self.model.admission_error(episode)
+        event(f"start_generation in {self.model.phase}: {expected or 'accepted'}")
+        try:
+            generation = self.run(Generation.start(self.core, self.hooks, episode))
+        except ParticipantError as error:
+            assert error.code == expected
+            return
+        assert expected is None, expected
+        self.generations.append(generation)
+        self.model.admit(episode)
+        self.model.in_flight.append(episode)
+        self.model.generating.append(episode)
+
+    @precondition(lambda self: bool(self.generations) and self.model.phase == "idle")
+    @rule()
+    def prepare_while_generating(self) -> None:
+        """A new checkpoint finds generations running (the case the policy is for)."""
+        self.prepare(pick=0)
+
+    @rule(index=st.integers(min_value=0, max_value=2))
+    def finish_generation(self, index: int) -> None:
+        """A generation delivers: its turn is recorded, if its attempt may still act."""
+        if not self.generations:
+            return
+        generation = self.generations.pop(index % len(self.generations))
+        generation.release.set()
+        assert generation.task is not None
+        self.run(_join(generation.task))
+        model = self.model
+        model.in_flight.remove(generation.episode)
+        model.generating.remove(generation.episode)
+        if model.current(generation.episode):
+            model.states[generation.episode] = model.states.get(generation.episode, 0) + 1
 
     @rule(pick=PICKS)
     def renew(self, pick: int) -> None:
@@ -419,6 +555,11 @@ class CoreMachine(RuleBasedStateMachine):
         for turn in stopped:
             self.run(turn.finish())
             self.turns.remove(turn)
+        for generation in [g for g in self.generations if g.episode not in self.model.in_flight]:
+            assert generation.task is not None
+            # Released by the retire; a retired one records nothing.
+            self.run(_join(generation.task))
+            self.generations.remove(generation)
 
     @rule(pick=PICKS, rollout=ROLLOUTS, late=LATE)
     def forget(self, pick: int, rollout: str, late: bool) -> None:
@@ -455,6 +596,11 @@ class CoreMachine(RuleBasedStateMachine):
         for turn in self.turns:
             self.run(turn.finish())
         self.turns.clear()
+        for generation in self.generations:  # the old process: whatever they record is lost
+            generation.release.set()
+            assert generation.task is not None
+            self.run(_join(generation.task))
+        self.generations.clear()
         self._new_core()
         self.model = Model()
         saved = [store.from_record(record) for record in records]
@@ -578,6 +724,12 @@ class CoreMachine(RuleBasedStateMachine):
         assert {e: s["turn"] for e, s in self.hooks.states.items()} == self.model.states
 
     @invariant()
+    def refused_generations_match_the_model(self) -> None:
+        assert self.core.model_calls is not None
+        assert self.core.model_calls.refused == self.model.refused
+        assert sorted(self.core.model_calls.generating()) == sorted(self.model.generating)
+
+    @invariant()
     def published_commits_reread_intact(self) -> None:
         for directory, checkpoint_id, records in self.published[-3:]:
             manifest = store.read_manifest(
@@ -593,3 +745,21 @@ CoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestCoreStateful = CoreMachine.TestCase
+
+
+class ModelCoreMachine(CoreMachine):
+    """The same machine on a policy model's core, under a model-call policy drawn per example."""
+
+    @initialize(policy=st.sampled_from(list(ModelCallPolicy)))
+    def choose_policy(self, policy: ModelCallPolicy) -> None:
+        self.policy = policy
+        self._new_core()
+
+
+ModelCoreMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestModelCoreStateful = ModelCoreMachine.TestCase

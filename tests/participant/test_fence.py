@@ -142,16 +142,19 @@ def test_installed_supersedes_the_saved_attempt_and_waits_unstarted() -> None:
     assert fence.in_flight() == frozenset()
 
 
-def test_restored_attempts_the_commit_scope_leaves_out_are_fenced() -> None:
-    """Unstarted restored attempts outside the scope are retired and returned, sorted."""
+def test_restored_attempts_the_commit_scope_leaves_out_are_dropped_unfenced() -> None:
+    """Unstarted restored attempts outside the scope are returned, sorted, and stay admissible."""
     fence = AttemptFence()
     fence.installed([ep("b", 1), ep("a", 1), ep("c", 1)], [ep("b", 0), ep("a", 0), ep("c", 0)])
-    dropped = fence.fence_unstarted_outside([ep("c", 1)])
+    dropped = fence.drop_unstarted_outside([ep("c", 1)])
     assert dropped == (ep("a", 1), ep("b", 1))
-    assert fence.mark("a") == 1 and fence.mark("b") == 1 and fence.mark("c") is None
-    # Each is fenced once: a second commit finds nothing more to drop.
-    assert fence.fence_unstarted_outside([]) == (ep("c", 1),)
-    assert fence.fence_unstarted_outside([]) == ()
+    assert fence.mark("a") is None and fence.mark("b") is None and fence.mark("c") is None
+    # Gym's rule: the controller may start the rollout over as that same attempt.
+    assert fence.refusal(ep("a", 1)) is None and fence.refusal(ep("b", 1)) is None
+    assert fence.refusal(ep("a", 0)) is not None  # the saved attempt stays superseded
+    # Each is dropped once: a second commit finds nothing more to drop.
+    assert fence.drop_unstarted_outside([]) == (ep("c", 1),)
+    assert fence.drop_unstarted_outside([]) == ()
 
 
 def test_a_restored_attempt_that_ran_is_never_fenced_as_unstarted() -> None:
@@ -159,7 +162,7 @@ def test_a_restored_attempt_that_ran_is_never_fenced_as_unstarted() -> None:
     fence = AttemptFence()
     fence.installed([ep("r", 1)], [ep("r", 0)])
     fence.admitted(ep("r", 1))
-    assert fence.fence_unstarted_outside([]) == ()
+    assert fence.drop_unstarted_outside([]) == ()
     assert fence.mark("r") is None
 
 
@@ -242,11 +245,13 @@ class FenceMachine(RuleBasedStateMachine):
             self._raise_latest(episode.rollout_id, episode.attempt + 1)
 
     @rule(scope=episode_lists)
-    def fence_unstarted(self, scope: list[EnvironmentEpisode]) -> None:
-        dropped = self.fence.fence_unstarted_outside(scope)
+    def drop_unstarted(self, scope: list[EnvironmentEpisode]) -> None:
+        before = {e: self.fence.refusal(e) for e in self.unstarted}
+        dropped = self.fence.drop_unstarted_outside(scope)
         assert dropped == tuple(sorted(self.unstarted - set(scope)))
         self.unstarted -= set(dropped)
-        self._note_retired(list(dropped))
+        # Gym's rule: dropping fences nothing, so no refusal changes.
+        assert {e: self.fence.refusal(e) for e in before} == before
 
     @invariant()
     def retired_attempts_stay_refused_until_forget(self) -> None:

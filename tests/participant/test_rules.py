@@ -331,3 +331,13 @@ def test_no_check_changes_the_open_checkpoint(
         with contextlib.suppress(ParticipantError):
             check()
         assert open_ == before
+
+
+def test_a_repeated_commit_must_name_its_first_directory_and_scope() -> None:
+    """The same arguments pass; another directory or scope is checkpoint_conflict."""
+    sent = ("/ckpt/a", None, False)
+    rules.check_commit_replay("c1", sent, ("/ckpt/a", None, False))
+    for other in (("/ckpt/b", None, False), ("/ckpt/a", (), False)):
+        with pytest.raises(ParticipantError) as caught:
+            rules.check_commit_replay("c1", sent, other)
+        assert caught.value.code == ErrorCode.CHECKPOINT_CONFLICT

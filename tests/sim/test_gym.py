@@ -290,3 +290,72 @@ async def test_every_participant_names_the_gym_instance_of_the_deployment() -> N
     for gym_process in (gym, gym.fresh_process()):
         assert {core.gym_instance_id for core in gym_process.cores.values()} == {"shard/replica-7"}
     assert {core.gym_instance_id for core in SimulatedGym().cores.values()} == {None}
+
+
+# ------------------------------------------------- generations longer than the budget
+
+SHORT: dict[str, Any] = {"prompt": "three long generations", "turns": 3}
+GENERATION = 0.4  # seconds per generation; each prepare below allows 0.2 s
+
+
+async def generating(gym: SimulatedGym) -> list[asyncio.Task[Any]]:
+    """Every rollout started and, after its first turn, inside its next generation."""
+    runs = [gym.start(episode, SHORT) for episode in EPISODES]
+    await wait_until(lambda: len(turns(gym)) == 3 and min(turns(gym).values()) >= 1)
+    await wait_until(lambda: len(gym.model.core.fence.in_flight()) == 3)
+    return runs
+
+
+async def test_generations_running_at_prepare_are_refused_and_asked_again(
+    tmp_path: Path,
+) -> None:
+    """wait_then_refuse (the default): a 0.2 s prepare refuses the 0.4 s generations in
+    flight, every agent parks at its last turn; after resume they generate again from that
+    turn, and after a restore the next attempt does: every transcript as uninterrupted."""
+    gym = SimulatedGym(seed=11, model_latency=GENERATION, park_poll_seconds=0.002)
+    assert gym.model.calls.policy == "wait_then_refuse"
+    runs = await generating(gym)
+    saved = turns(gym)
+    participants = await gym.coordinator.discover()
+    started = time.monotonic()
+    prepared = await gym.coordinator.prepare(participants, "ck-1", deadline_ts=time.time() + 0.2)
+    assert prepared.prepared and time.monotonic() - started < GENERATION
+    assert gym.model.calls.refused == 3 and gym.agent.model_calls_refused == 3
+    assert turns(gym) == saved  # parked at the last committed turn, nothing recorded
+    status = await gym.model.core.status()
+    assert status["model_calls"]["refused"] == 3
+    await gym.coordinator.commit(
+        participants, "ck-1", str(tmp_path), EPISODES, deadline_ts=deadline()
+    )
+    fresh = await restore_fresh(gym, tmp_path)
+    await asyncio.gather(*runs, return_exceptions=True)
+    results = await asyncio.gather(*(fresh.run(e.next_attempt(), SHORT) for e in EPISODES))
+    for rollout, result in zip(ROLLOUTS, results, strict=True):
+        assert result["transcript"] == expected_transcript(rollout, SHORT, seed=11)
+        assert result["resumed_from_turn"] == saved[rollout]
+
+
+async def test_refused_generations_continue_in_the_same_process_after_resume() -> None:
+    """The same refusal, then resume: each rollout asks again and finishes unchanged."""
+    gym = SimulatedGym(seed=11, model_latency=GENERATION, park_poll_seconds=0.002)
+    runs = await generating(gym)
+    participants = await gym.coordinator.discover()
+    prepared = await gym.coordinator.prepare(participants, "ck-1", deadline_ts=time.time() + 0.2)
+    assert prepared.prepared and gym.agent.model_calls_refused == 3
+    await gym.coordinator.resume(participants, "ck-1", deadline_ts=deadline())
+    for rollout, result in zip(ROLLOUTS, await asyncio.gather(*runs), strict=True):
+        assert result["transcript"] == expected_transcript(rollout, SHORT, seed=11)
+
+
+async def test_with_the_wait_policy_a_long_generation_blocks_the_prepare() -> None:
+    """model_calls=wait: the same prepare is not ready; the generations are the blockers."""
+    gym = SimulatedGym(
+        seed=11, model_latency=GENERATION, park_poll_seconds=0.002, model_calls="wait"
+    )
+    runs = await generating(gym)
+    participants = await gym.coordinator.discover()
+    prepared = await gym.coordinator.prepare(participants, "ck-1", deadline_ts=time.time() + 0.2)
+    assert not prepared.prepared and gym.model.calls.refused == 0
+    assert sorted(prepared.blockers()[MODEL_SERVER]) == list(ROLLOUTS)
+    await gym.coordinator.resume(participants, "ck-1", deadline_ts=deadline())
+    await asyncio.gather(*runs)

@@ -75,7 +75,7 @@ def envelope_line(episode: EnvironmentEpisode, state: Mapping[str, Any]) -> byte
 
 
 def envelope_lines(
-    exported: Iterable[tuple[EnvironmentEpisode, Mapping[str, Any]]],
+    exported: Iterable[tuple[EnvironmentEpisode, Mapping[str, Any]]], *, allow_nan: bool = False
 ) -> Iterator[bytes]:
     """``envelope_line`` of each (episode, state) pair, lazily (states already checked).
 
@@ -83,8 +83,11 @@ def envelope_lines(
     through two calls per record.
     """
     return encode_records(
-        {EPISODE_KEY: {"rollout_id": episode.rollout_id, "attempt": episode.attempt}, **state}
-        for episode, state in exported
+        (
+            {EPISODE_KEY: {"rollout_id": episode.rollout_id, "attempt": episode.attempt}, **state}
+            for episode, state in exported
+        ),
+        allow_nan=allow_nan,
     )
 
 

@@ -13,6 +13,11 @@ before, the standard library decides:
 * datetimes and dataclasses, which orjson would write as strings and
   objects a restore could not give back, are refused as before.
 
+With ``allow_nan`` (a participant's ``non_finite="gym"``, ``json_state``),
+NaN and the infinities are written as Python's ``json`` writes them (the
+tokens ``NaN``, ``Infinity``, ``-Infinity``, as NeMo Gym's store does) and
+read back as floats; without it they are refused both ways.
+
 A digest is over the bytes written, so no reader depends on which encoder
 wrote a line. Decoding is the standard library's: orjson would read an
 integer beyond 64 bits as a float::
@@ -37,6 +42,8 @@ from envckpt.participant.store.layout import reject_json_constant
 # surrogate) round-trips, and a line never holds a raw newline (orjson
 # escapes newlines too). allow_nan=False: NaN and Infinity are not JSON.
 _STDLIB_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+# Gym's way: NaN, Infinity and -Infinity as Python's json tokens.
+_NAN_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=True)
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 # Finding "null" with the regex engine's literal scan takes about a third of
 # the time of ``bytes in`` on prose-like text.
@@ -45,6 +52,7 @@ _NULL = re.compile(rb"null")
 # The plain decoder already builds dicts in document order, which is what
 # object_pairs_hook=dict would do, about 25% faster.
 _DECODER = json.JSONDecoder(parse_constant=reject_json_constant)
+_NAN_DECODER = json.JSONDecoder()
 
 
 def encode_record(record: Mapping[str, Any]) -> bytes:
@@ -65,8 +73,16 @@ def encode_record(record: Mapping[str, Any]) -> bytes:
     return line
 
 
-def encode_records(records: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
-    """``encode_record`` of each record, lazily: one loop, no call per record but the encoder's."""
+def encode_records(
+    records: Iterable[Mapping[str, Any]], *, allow_nan: bool = False
+) -> Iterator[bytes]:
+    """``encode_record`` of each record, lazily: one loop, no call per record but the encoder's.
+
+    ``allow_nan``: NaN and the infinities are written as Python's json tokens.
+    """
+    if allow_nan:
+        yield from (_encode_allowing_nan(record) for record in records)
+        return
     dumps, options, nulls = orjson.dumps, _ORJSON_OPTIONS, _NULL.search
     for record in records:
         if type(record) is not dict:
@@ -82,10 +98,23 @@ def encode_records(records: Iterable[Mapping[str, Any]]) -> Iterator[bytes]:
         yield line
 
 
-def decode_record(line: bytes, *, line_no: int, where: str) -> dict[str, Any]:
-    """One line back as a dict, keys in written order; ``CorruptCheckpoint`` otherwise."""
+def _encode_allowing_nan(record: Mapping[str, Any]) -> bytes:
+    plain = record if isinstance(record, dict) else dict(record)
     try:
-        record = _DECODER.decode(line.decode("utf-8"))
+        return encode_record(plain)
+    except ValueError:  # a NaN or an infinity: Python's json tokens, as Gym writes them
+        return _NAN_ENCODER.encode(plain).encode("ascii")
+
+
+def decode_record(
+    line: bytes, *, line_no: int, where: str, allow_nan: bool = False
+) -> dict[str, Any]:
+    """One line back as a dict, keys in written order; ``CorruptCheckpoint`` otherwise.
+
+    ``allow_nan``: the tokens ``NaN``, ``Infinity``, ``-Infinity`` read as floats.
+    """
+    try:
+        record = (_NAN_DECODER if allow_nan else _DECODER).decode(line.decode("utf-8"))
     except ValueError as exc:  # includes JSONDecodeError and UnicodeDecodeError
         raise CorruptCheckpoint(f"bad JSON on line {line_no}: {exc}", path=where) from exc
     if type(record) is not dict:

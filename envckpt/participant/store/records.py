@@ -114,6 +114,7 @@ def verify_records(
     *,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     visit: Callable[[dict[str, Any]], None] | None = None,
+    allow_nan: bool = False,
 ) -> FileIdentity:
     """Read the whole records file once: every line a JSON object, count and digest right.
 
@@ -122,14 +123,21 @@ def verify_records(
     """
     path = records_path(checkpoint_dir, manifest)
     identity: list[FileIdentity] = []
-    for record, _size in _scan_sized(path, manifest, max_line_bytes, hashed=True, opened=identity):
+    scan = _scan_sized(
+        path, manifest, max_line_bytes, hashed=True, opened=identity, allow_nan=allow_nan
+    )
+    for record, _size in scan:
         if visit is not None:
             visit(record)
     return identity[0]
 
 
 def iter_records(
-    checkpoint_dir: StrPath, manifest: Manifest, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    checkpoint_dir: StrPath,
+    manifest: Manifest,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    allow_nan: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """Stream the records in file order, keys in their exported order.
 
@@ -137,7 +145,7 @@ def iter_records(
     the last record; call ``verify_records`` first before installing anything.
     """
     path = records_path(checkpoint_dir, manifest)
-    sized = _scan_sized(path, manifest, max_line_bytes, hashed=True)
+    sized = _scan_sized(path, manifest, max_line_bytes, hashed=True, allow_nan=allow_nan)
     return (record for record, _size in sized)
 
 
@@ -147,6 +155,7 @@ def reread_records(
     identity: FileIdentity,
     *,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    allow_nan: bool = False,
 ) -> Iterator[tuple[dict[str, Any], int]]:
     """The records of a file ``verify_records`` read, again, each with its line's size
     in bytes, without hashing them again.
@@ -155,7 +164,9 @@ def reread_records(
     (replaced, or written since: another identity), before its first record.
     """
     path = records_path(checkpoint_dir, manifest)
-    return _scan_sized(path, manifest, max_line_bytes, hashed=False, expect=identity)
+    return _scan_sized(
+        path, manifest, max_line_bytes, hashed=False, expect=identity, allow_nan=allow_nan
+    )
 
 
 def _scan_sized(
@@ -166,6 +177,7 @@ def _scan_sized(
     hashed: bool,
     opened: list[FileIdentity] | None = None,
     expect: FileIdentity | None = None,
+    allow_nan: bool = False,
 ) -> Iterator[tuple[dict[str, Any], int]]:
     where = str(path)
     digest = hashlib.sha256() if hashed else None
@@ -189,7 +201,8 @@ def _scan_sized(
                     f"record count mismatch: manifest says {manifest.record_count}, file has more",
                     path=where,
                 )
-            yield decode_record(line, line_no=count, where=where), len(line) + 1
+            record = decode_record(line, line_no=count, where=where, allow_nan=allow_nan)
+            yield record, len(line) + 1
     if count != manifest.record_count:
         raise CorruptCheckpoint(
             f"record count mismatch: manifest says {manifest.record_count}, file has {count}",

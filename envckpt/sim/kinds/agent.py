@@ -5,9 +5,11 @@ turn calls the policy model, then the tool, and only then appends the turn to
 the session, so a refused call leaves the session at its previous boundary.
 After the last turn one more step tells the model and the tool that the
 rollout is finished. When a step is refused with ``admission_closed`` (the
-model closes before the agents, per the staged prepare order; or this agent
-itself is closed) the run **parks**: it waits until this server reopens and
-retries the step. ``stale_attempt`` ends the run with that error.
+model closes before the agents, per the staged prepare order, or refuses a
+generation already decoding for a checkpoint; or this agent itself is
+closed) the run **parks**: it waits until this server reopens and retries
+the step, so a refused generation is asked for again from the same turn.
+``stale_attempt`` ends the run with that error.
 
     agent = AgentServer(model=InProcessModelClient(model), tools=InProcessToolClient(tool))
     result = await agent.run({"episode": ep.to_wire(), "task": {"prompt": "p", "turns": 3}})
@@ -31,6 +33,7 @@ from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import SessionHooks
+from envckpt.participant.model_calls import is_refused_call
 from envckpt.protocol import Phase
 from envckpt.sim.kinds.common import (
     check_fields,
@@ -194,6 +197,7 @@ class AgentServer(SessionHooks[AgentSession]):
         self._runs: dict[EnvironmentEpisode, asyncio.Task[dict[str, Any]]] = {}
         self._parked: set[EnvironmentEpisode] = set()
         self.parks = 0  # how often a step was refused and its run parked
+        self.model_calls_refused = 0  # ... of them because the model refused a running call
         self.core = ParticipantCore(
             server_name=server_name, kind="agent", hooks=self, instance=instance, clock=clock
         )
@@ -241,6 +245,8 @@ class AgentServer(SessionHooks[AgentSession]):
             except ParticipantError as error:
                 if error.code != "admission_closed":
                     raise
+                if is_refused_call(error):
+                    self.model_calls_refused += 1
                 await self._park(episode)
                 continue
             if result is not None:

@@ -36,6 +36,12 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import SessionHooks
+from envckpt.participant.model_calls import (
+    DEFAULT_MODEL_CALLS,
+    ModelCallPolicy,
+    ModelCalls,
+    deliver,
+)
 from envckpt.sim.kinds.common import (
     STAGING_KEY,
     check_fields,
@@ -101,6 +107,7 @@ class PolicyModelServer(SessionHooks[list[str]]):
         clock: Clock | None = None,
         latency: float = 0.0,
         staging_sink: StagingSink | None = None,
+        model_calls: ModelCallPolicy = DEFAULT_MODEL_CALLS,
     ) -> None:
         self.seed = seed
         self.latency = latency
@@ -110,8 +117,14 @@ class PolicyModelServer(SessionHooks[list[str]]):
         # How often a checkpoint cut generations, and how many were running then.
         self.admission_closes = 0
         self.in_flight_at_close = 0
+        self.calls = ModelCalls(model_calls)
         self.core = ParticipantCore(
-            server_name=server_name, kind="model", hooks=self, instance=instance, clock=clock
+            server_name=server_name,
+            kind="model",
+            hooks=self,
+            instance=instance,
+            clock=clock,
+            model_calls=self.calls,
         )
 
     # ------------------------------------------------------------ data plane
@@ -122,8 +135,9 @@ class PolicyModelServer(SessionHooks[list[str]]):
         episode, turn = episode_of(body), turn_of(body)
         observation = text_of(body, "observation")
         async with self.core.admit(episode):
-            # Stands in for decoding; it also lets control calls interleave.
-            await asyncio.sleep(self.latency)
+            # Stands in for decoding (a prepare may refuse it); it also lets
+            # control calls interleave.
+            await self.calls.generate(episode, self._decode())
             if not self.core.fence.is_current(episode):
                 # Retired while decoding: its rows must not reappear after retire freed them.
                 raise ParticipantError("stale_attempt", f"{episode.capture_key} was retired")
@@ -135,6 +149,10 @@ class PolicyModelServer(SessionHooks[list[str]]):
             if key not in rows:  # a discarded turn re-run by the same attempt rewrites its row
                 rows.append(key)
             return {"text": text, "staging_key": key}
+
+    async def _decode(self) -> None:
+        await asyncio.sleep(self.latency)
+        deliver()  # decoded: from here on the generation finishes
 
     async def _stage(
         self, sink: StagingSink, episode: EnvironmentEpisode, key: str, payload: str
