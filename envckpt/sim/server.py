@@ -5,7 +5,7 @@ The demo and the end-to-end tests start these and SIGKILL them::
     ENVCKPT_GYM_TOKEN=... python -m envckpt.sim.server --seed 7 --ready-file urls.json \\
         --checkpoint-root /data/ckpt [--resources-mode stateless] [--audit audit.jsonl] \\
         [--rows-url URL] [--log-json gym.jsonl] [--instance-id shard/replica-0] \\
-        [--host 127.0.0.1] [--expose-docs]
+        [--host 127.0.0.1] [--expose-docs] [--workers N [--worker-dir D]]
 
 It writes ``{server_name: base_url}`` to the ready file atomically once every
 server listens, and stops cleanly on SIGTERM or SIGINT. Secrets never come
@@ -19,6 +19,11 @@ restore may only name directories under ``--checkpoint-root`` (or
 unless ``--host`` says otherwise, serve no API docs unless ``--expose-docs``,
 and apply the request-read and keep-alive timeouts of ``ServerLimits`` and a
 body limit on every route (docs/protocol.md, "Security").
+
+``--workers N`` (N >= 2) runs the policy model, the tool server and the agent
+each under uvicorn's multi-worker mode with N workers (``multiworker``): each
+participant still answers as one (docs/protocol.md, "Servers with several
+workers").
 
 ``--log-json`` (or ``ENVCKPT_GYM_LOG``) appends every log event of the
 process as one JSON object per line, the participants' ``transition`` events
@@ -118,6 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--instance-id", default=None, help="the Gym instance id its events name (shard/replica-0)"
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="uvicorn workers per participant server (%(default)s)",
+    )
+    parser.add_argument(
+        "--worker-dir",
+        type=Path,
+        default=None,
+        help="with --workers: where the workers' slots and sockets go (short path; default /tmp)",
+    )
+    parser.add_argument(
         "--log-json",
         type=Path,
         default=None,
@@ -195,6 +212,22 @@ async def serve_until_signalled(
         audit_path=None if args.audit is None else str(args.audit),
     )
     try:
+        if args.workers > 1:
+            from envckpt.sim.multiworker import WorkerServers
+
+            hosted = WorkerServers(
+                config,
+                serving,
+                workers=args.workers,
+                rows_url=args.rows_url,
+                rows_token=rows_token,
+                log_json=args.log_json,
+                worker_dir=args.worker_dir,
+            )
+            async with hosted:
+                write_ready_file(args.ready_file, hosted.urls)
+                await stop.wait()
+            return
         async with GymServers.from_config(config, serving=serving, staging_sink=sink) as servers:
             write_ready_file(args.ready_file, servers.urls)
             await stop.wait()
@@ -238,10 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no usable token: {error}")
     if rows_token is not None and rows_token == token:
         parser.error(f"${ROWS_TOKEN_ENV} must differ from the control token")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     serving = _serving(parser, args)
     log_path = args.log_json or (Path(os.environ[LOG_ENV]) if os.environ.get(LOG_ENV) else None)
     if log_path is not None:
         configure_json_log(log_path)
+    args.log_json = log_path  # workers of --workers N log there too
     asyncio.run(serve_until_signalled(args, token, rows_token, serving))
     return 0
 
