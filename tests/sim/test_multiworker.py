@@ -27,7 +27,7 @@ from envckpt.sim.http_gym import HttpGym
 from helpers.worker_deployment import TOKEN, WorkerDeployment, rollouts_per_slot
 
 PARTICIPANTS = (MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER)
-TASK = {"prompt": "plan", "turns": 8}
+TASK = {"prompt": "plan", "turns": 24}
 
 
 @pytest.fixture(scope="module", params=[2, pytest.param(4, marks=pytest.mark.slow)])
@@ -117,7 +117,7 @@ async def _snapshot_mid_rollout(
         )
         keys = sorted(episode.capture_key for episode in episodes)
         for server in (MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER):
-            assert replies[server]["episode_ids"] == keys
+            assert replies[server]["episode_ids"] == keys, (server, replies[server])
         await coordinator.resume(participants, cid, deadline_ts=deadline)
         return list(await asyncio.gather(*runs))
 
@@ -125,12 +125,15 @@ async def _snapshot_mid_rollout(
 async def _until_every_rollout_took_a_turn(
     deployment: WorkerDeployment, episodes: list[EnvironmentEpisode]
 ) -> None:
-    """Until the model staged a row of every rollout (each then holds a saved turn)."""
+    """Until the model holds a row of every rollout (each then holds a saved turn).
+
+    Counted as ``parked``: held and not in flight, so a first generation still
+    running (which may yet be cut by the checkpoint) does not count.
+    """
     give_up = time.monotonic() + 60
-    wanted = {episode.capture_key for episode in episodes}
     while time.monotonic() < give_up:
         status = deployment.control(MODEL_SERVER).status()
-        if status["report"]["counts"]["live"] >= len(wanted):
+        if status["report"]["counts"]["parked"] >= len(episodes):
             return
         await asyncio.sleep(0.02)
     raise AssertionError("the rollouts never all reached the model")
