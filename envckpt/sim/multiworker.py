@@ -43,7 +43,8 @@ from envckpt.sim.worker_apps import (
     WorkerSettings,
 )
 
-READY_SECONDS = 180.0
+# Each of 3 x N workers imports the whole package: on a loaded machine that is slow.
+READY_SECONDS = 900.0
 STOP_SECONDS = 15.0
 _PARTICIPANTS = (MODEL_SERVER, RESOURCES_SERVER, AGENT_SERVER)
 

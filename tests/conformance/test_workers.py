@@ -1,0 +1,34 @@
+"""The conformance suite against envckpt's own servers run with 4 uvicorn workers each.
+
+Every row of the protocol profile (``--conformance-profile protocol``) must
+hold for a participant whose state is spread over 4 worker processes, as for
+one process. The suite runs in a child pytest (its participants are
+session fixtures started from the command line's options); slow: three
+deployments of 3 x 4 workers, then every row.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_a_four_worker_participant_passes_the_protocol_profile(tmp_path: Path) -> None:
+    """Every protocol row holds for the model, agent and resources participants (and the
+    restart_only one) when each runs 4 uvicorn workers."""
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        str(TESTS / "conformance" / "test_sequences.py"),
+        "--sim-workers", "4", "--conformance-profile", "protocol",
+        "--basetemp", str(tmp_path / "run"), "-o", "timeout=900",
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=TESTS.parent, capture_output=True, text=True, timeout=3600)
+    tail = "\n".join(run.stdout.splitlines()[-30:])
+    assert run.returncode == 0, tail
+    assert " passed" in tail and " failed" not in tail, tail
