@@ -2,8 +2,8 @@
 
 ``python -m envckpt.sim.server --workers N`` runs this instead of
 ``GymServers``: the policy model, the tool server and the agent each as one
-``python -m envckpt.sim.worker_apps`` child (a uvicorn supervisor with N
-workers on one port), the judge in this process. Each server gets its own
+uvicorn supervisor child with N workers on one port
+(``worker_apps.supervisor_command``), the judge in this process. Each server gets its own
 worker directory (``envckpt.http.workers.slots``) under one owner-only
 directory (``--worker-dir``, or a new one under /tmp, then removed at the end)::
 
@@ -23,7 +23,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -41,6 +40,7 @@ from envckpt.sim.worker_apps import (
     TOKEN_ENV,
     TOKEN_FILE_ENV,
     WorkerSettings,
+    supervisor_command,
 )
 
 # Each of 3 x N workers imports the whole package: on a loaded machine that is slow.
@@ -163,12 +163,13 @@ class WorkerServers:
         env.pop(ROWS_TOKEN_FILE_ENV, None)
         if self._rows_token is not None:
             env[ROWS_TOKEN_ENV] = self._rows_token
-        command = [
-            sys.executable, "-m", "envckpt.sim.worker_apps", server,
-            "--host", self.serving.host, "--port", str(port),
-            "--workers", str(self.workers),
-            "--keep-alive", str(self.serving.limits.keep_alive_seconds),
-        ]  # fmt: skip
+        command = supervisor_command(
+            server,
+            host=self.serving.host,
+            port=port,
+            workers=self.workers,
+            keep_alive=self.serving.limits.keep_alive_seconds,
+        )
         return subprocess.Popen(command, env=env)
 
     async def _wait_ready(self, urls: dict[str, str]) -> None:

@@ -224,9 +224,21 @@ async def serve_until_signalled(
                 log_json=args.log_json,
                 worker_dir=args.worker_dir,
             )
-            async with hosted:
+            # A signal during the (long) start of N workers per server stops it too.
+            starting = asyncio.ensure_future(hosted.__aenter__())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()  # its cleanup stops whatever started
+                await asyncio.gather(starting, return_exceptions=True)
+                return
+            stopping.cancel()
+            try:
+                starting.result()
                 write_ready_file(args.ready_file, hosted.urls)
                 await stop.wait()
+            finally:
+                await hosted.__aexit__(None, None, None)
             return
         async with GymServers.from_config(config, serving=serving, staging_sink=sink) as servers:
             write_ready_file(args.ready_file, servers.urls)

@@ -1,16 +1,17 @@
 """The simulated Gym's participant servers under uvicorn's own multi-worker mode.
 
 ``python -m envckpt.sim.server --workers N`` (``sim.multiworker``) starts one
-``python -m envckpt.sim.worker_apps <server>`` per participant server; each
-is ``uvicorn.run(<factory>, factory=True, workers=N)``, so uvicorn binds the
+supervisor per participant server (``supervisor_command``): each is
+``uvicorn.run(<factory>, factory=True, workers=N)``, so uvicorn binds the
 port once, spawns N worker processes and restarts any that dies. Each worker
 builds its app with the factory below: the kind's state for the rollouts its
 slot owns, the data routes, and the participant mounted for N workers
 (``envckpt.http.workers``)::
 
-    ENVCKPT_SIM_WORKER_SETTINGS='{"config": {...}, "serving": {...}, ...}' \\
-    ENVCKPT_WORKER_DIR=/tmp/envckpt-w-x/policy_model ENVCKPT_WORKERS=4 \\
-    ENVCKPT_GYM_TOKEN=... python -m envckpt.sim.worker_apps policy_model --port 41234
+    env = {SETTINGS_ENV: settings.to_env()[SETTINGS_ENV], ENVCKPT_WORKER_DIR: ...,
+           ENVCKPT_WORKERS: "4", ENVCKPT_GYM_TOKEN: ...}
+    subprocess.Popen(supervisor_command("policy_model", host=h, port=p, workers=4,
+                                        keep_alive=5), env=env)
 
 Settings travel in the environment as JSON (``WorkerSettings``); the tokens
 in their usual variables, never on a command line.
@@ -18,17 +19,15 @@ in their usual variables, never on a command line.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI
 
 from envckpt.clock import SystemClock
@@ -211,29 +210,39 @@ class _Stopping(AsyncCloseable):
         await self._agent.shutdown()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envckpt.sim.worker_apps")
-    parser.add_argument("server", choices=sorted(FACTORIES))
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--workers", type=int, required=True)
-    parser.add_argument("--keep-alive", type=int, default=5)
-    args = parser.parse_args(argv)
-    uvicorn.run(
-        f"envckpt.sim.worker_apps:{FACTORIES[args.server]}",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level="warning",
-        access_log=False,
-        http="envckpt.sim.worker_apps:WorkerH11Protocol",
-        timeout_keep_alive=args.keep_alive,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-    )
-    return 0
+# The supervisor: ``python -c SUPERVISOR '<uvicorn.run keywords as JSON>'``.
+# Run as ``-c``, not ``-m``: uvicorn spawns its workers, and a spawned child
+# first re-imports its parent's main module; a module of this package would
+# import all of envckpt there, before the worker answers uvicorn's health
+# pings (on a loaded machine, past the ping timeout: killed, respawned,
+# forever). It asks the kernel to SIGTERM it (and so its workers) when its
+# launcher dies, even by SIGKILL (Linux PR_SET_PDEATHSIG).
+SUPERVISOR = """
+import ctypes, json, os, signal, sys
+if sys.platform.startswith("linux"):
+    ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() == 1:
+        sys.exit(0)
+import uvicorn
+uvicorn.run(**json.loads(sys.argv[1]))
+"""
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def supervisor_command(
+    server: str, *, host: str, port: int, workers: int, keep_alive: int
+) -> list[str]:
+    """The command running ``server``'s factory under uvicorn with ``workers`` workers."""
+    options = {
+        "app": f"envckpt.sim.worker_apps:{FACTORIES[server]}",
+        "factory": True,
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_level": "warning",
+        "access_log": False,
+        "http": "envckpt.sim.worker_apps:WorkerH11Protocol",
+        "timeout_keep_alive": keep_alive,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
+        "timeout_worker_healthcheck": WORKER_HEALTHCHECK_SECONDS,
+    }
+    return [sys.executable, "-c", SUPERVISOR, json.dumps(options)]

@@ -147,7 +147,9 @@ async def _restore_and_continue(
         participants = await coordinator.discover()
         rid = f"restore-{time.time_ns()}"
         deadline = time.time() + 60
-        await coordinator.restore(participants, rid, str(checkpoint), episodes, deadline_ts=deadline)
+        await coordinator.restore(
+            participants, rid, str(checkpoint), episodes, deadline_ts=deadline
+        )
         await coordinator.resume(participants, rid, deadline_ts=deadline)
         return list(
             await asyncio.gather(*(gym.run(episode.next_attempt(), TASK) for episode in episodes))

@@ -71,3 +71,60 @@ async def test_each_factory_builds_its_servers_app_for_n_workers(
 def test_the_request_guard_reads_its_deadline_from_the_settings() -> None:
     """uvicorn imports the protocol class by name in each worker: it carries the setting."""
     assert worker_apps.WorkerH11Protocol.read_seconds == worker_apps._settings_read_seconds()
+
+
+def test_a_supervisor_stops_when_its_launcher_is_killed(tmp_path: Path) -> None:
+    """SIGKILL of whoever started the supervisor: the kernel SIGTERMs it, uvicorn stops its
+    workers, nothing is left running."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = worker_apps.supervisor_command(
+        "policy_model", host="127.0.0.1", port=port, workers=2, keep_alive=5
+    )
+    # A light app: only the supervisor's fate is under test.
+    options = json.loads(command[-1])
+    options["app"] = "envckpt.http.apps:new_app"
+    command[-1] = json.dumps(options)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys\n"
+         "child = subprocess.Popen(sys.argv[1:])\nprint(child.pid, flush=True)\nchild.wait()",
+         *command],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert launcher.stdout is not None
+    supervisor = int(launcher.stdout.readline())
+    give_up = time.monotonic() + 60
+    while not _children(supervisor) and time.monotonic() < give_up:
+        time.sleep(0.1)
+    workers = [child for child in _children(supervisor) if _alive(child)]
+    assert workers, "uvicorn started no worker"
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    left = [supervisor, *workers]
+    while any(map(_alive, left)) and time.monotonic() < give_up + 60:
+        time.sleep(0.1)
+    assert not any(map(_alive, left))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
