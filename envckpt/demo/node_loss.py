@@ -60,13 +60,10 @@ class InstancesLost(RuntimeError):
 
 
 def node_kill_plan(*, seed: int, kills: int) -> list[Interruption]:
-    """One planned node kill per run of the job: after the first (or second) published
-    snapshot holding rollouts, then a seeded number of finished rollouts."""
+    """One planned node kill per run of the job: after its first published snapshot that
+    holds rollouts, then a seeded number of finished rollouts (``plan.Interrupter``)."""
     rng = random.Random(seed + 7)
-    return [
-        Interruption(KILL, rng.choice((1, 2)) if index == 0 else 1, seed=rng.randrange(1 << 30))
-        for index in range(kills)
-    ]
+    return [Interruption(KILL, 1, seed=rng.randrange(1 << 30)) for _ in range(kills)]
 
 
 def victim_node(placement: Mapping[str, str], head: str) -> str | None:

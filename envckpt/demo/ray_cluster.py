@@ -53,7 +53,7 @@ class LocalCluster:
             raise ValueError("a multi-node cluster has at least 2 nodes")
         self.nodes = nodes
         self._cluster: Any = None
-        self._temp = tempfile.mkdtemp(prefix="envckpt-ray-", dir="/tmp")
+        self._temp = tempfile.mkdtemp(prefix="envckpt-raynodes-", dir="/tmp")
         self.killed: list[str] = []
 
     @property
@@ -73,7 +73,6 @@ class LocalCluster:
         node = {
             "num_cpus": NODE_CPUS,
             "object_store_memory": OBJECT_STORE_BYTES,
-            "node_ip_address": "127.0.0.1",
             "log_to_stderr": False,
         }
         try:
