@@ -52,6 +52,10 @@ from envckpt.protocol import CommitRequest, ErrorCode, Phase, RestoreRequest, Ro
 # A call to a sibling may take this long past the request's deadline: less
 # than the 5 s a coordinator allows its own call, so the merged answer arrives.
 REPLY_GRACE_SECONDS = 2.0
+# A deadline met where the request arrived but (nearly) passed by the time a
+# worker runs it is moved this far ahead of that worker's clock: the request
+# met its deadline once, where it arrived, as in one process.
+MIN_AHEAD_SECONDS = 0.5
 # How long a status (no deadline) waits for each sibling.
 STATUS_SECONDS = 10.0
 JOIN_SECONDS = 5.0
@@ -182,7 +186,11 @@ class WorkerGroup:
 
     # ----------------------------------------------------------- control
 
-    async def _local(self, method: str, route: str, body: Any) -> tuple[int, dict[str, Any]]:
+    async def _local(
+        self, method: str, route: str, body: Any, received_at: float | None
+    ) -> tuple[int, dict[str, Any]]:
+        if received_at is not None:
+            body = deadline_met_at(body, received_at, now=self.core.clock.now())
         return await edge.handle(
             self.core, method, route, body, authorization=f"Bearer {_VERIFIED}", token=_VERIFIED
         )
@@ -197,9 +205,13 @@ class WorkerGroup:
             shares = await self._fan_out(method, route, {}, timeout=STATUS_SECONDS)
             assert self.slot is not None
             return 200, merge.merged_status(shares, expected=self.expected, own_slot=self.slot)
-        timeout = request.deadline_ts - self.core.clock.now() + REPLY_GRACE_SECONDS
+        now = self.core.clock.now()
+        # At least the grace: a past deadline is refused by each worker at once.
+        timeout = max(0.0, request.deadline_ts - now) + MIN_AHEAD_SECONDS + REPLY_GRACE_SECONDS
         bodies = self._restore_bodies(body, request) if isinstance(request, RestoreRequest) else {}
-        shares = await self._fan_out(method, route, bodies, timeout=timeout, body=body)
+        shares = await self._fan_out(
+            method, route, bodies, timeout=timeout, body=body, received_at=now
+        )
         try:
             return await self._merged(Route(route), shares, request)
         except ParticipantError as error:
@@ -223,6 +235,7 @@ class WorkerGroup:
         *,
         timeout: float,
         body: Any = None,
+        received_at: float | None = None,
     ) -> list[Share]:
         """Every slot's answer: this worker's own, each sibling's, or why there is none."""
         own = self.slot
@@ -231,12 +244,14 @@ class WorkerGroup:
         async def one(slot: int) -> Share:
             sent = bodies.get(slot, body)
             if slot == own:
-                status, reply = await self._local(method, route, sent)
+                status, reply = await self._local(method, route, sent, received_at)
                 return Share(slot, status, reply, pid=os.getpid(), joined_open=self._joined())
             sibling = registered.get(slot)
             if sibling is None:
                 return Share(slot, problem=merge.UNREGISTERED)
-            return await self.siblings.control(sibling, method, route, sent, timeout=timeout)
+            return await self.siblings.control(
+                sibling, method, route, sent, timeout=timeout, received_at=received_at
+            )
 
         return list(await asyncio.gather(*(one(slot) for slot in range(self.expected))))
 
@@ -315,6 +330,24 @@ class WorkerGroup:
             "manifest": manifest,
             **{k: v for k, v in fields.items() if k not in ("phase", "checkpoint_id")},
         }
+
+
+def deadline_met_at(body: Any, received_at: float, *, now: float) -> Any:
+    """``body`` as one worker runs it: a deadline that had not passed at ``received_at`` but
+    is (nearly) past ``now`` moves to ``now + MIN_AHEAD_SECONDS``; any other body is as sent.
+
+    The request met its deadline where it arrived; the time it took to reach
+    this worker must not turn that into ``deadline_exceeded`` here (the
+    answering worker would then have acted on a request its siblings refused).
+    """
+    if not isinstance(body, Mapping):
+        return body
+    deadline = body.get("deadline_ts")
+    if not isinstance(deadline, int | float) or isinstance(deadline, bool):
+        return body
+    if deadline < received_at or deadline >= now + MIN_AHEAD_SECONDS:
+        return body
+    return {**body, "deadline_ts": now + MIN_AHEAD_SECONDS}
 
 
 def _collected(pending: set[asyncio.Task[dict[str, Any]]]) -> Any:

@@ -37,8 +37,11 @@ INTERNAL_PREFIX = "/envckpt-worker/v1"
 INTERNAL_SCOPE_KEY = "envckpt.worker_internal"
 FAILED = "failed"
 
-# (method, route, parsed body) -> this worker's (status, reply)
-LocalCall = Callable[[str, str, Any], Awaitable[tuple[int, dict[str, Any]]]]
+# Where the answering worker received the request (Unix seconds), for the deadline check.
+RECEIVED_AT_HEADER = "x-envckpt-received-at"
+
+# (method, route, parsed body, received at) -> this worker's (status, reply)
+LocalCall = Callable[[str, str, Any, float | None], Awaitable[tuple[int, dict[str, Any]]]]
 
 
 def internal_app(
@@ -81,7 +84,11 @@ def _internal_routes(
                 body = parse_json(raw)
             except BodyRefused as refusal:
                 return refusal.response()
-        status, reply = await local(request.method, route, body)
+        try:
+            received_at: float | None = float(request.headers[RECEIVED_AT_HEADER])
+        except (KeyError, ValueError):
+            received_at = None
+        status, reply = await local(request.method, route, body, received_at)
         return Response(
             orjson.dumps({"status": status, "body": reply, "worker": worker()}),
             media_type="application/json",
@@ -133,9 +140,12 @@ class Siblings:
         body: Any,
         *,
         timeout: float,
+        received_at: float | None = None,
     ) -> Share:
         """Worker ``sibling``'s own answer to one control request, or why there is none."""
         headers = {"authorization": f"Bearer {self._token}"}
+        if received_at is not None:
+            headers[RECEIVED_AT_HEADER] = repr(received_at)
         content = None
         if body is not None:
             content = orjson.dumps(body)

@@ -200,6 +200,33 @@ async def test_a_silent_worker_is_named_by_the_deadline_not_waited_for(tmp_path:
         assert workers[0].tool.core.phase == "prepared"
 
 
+def test_a_deadline_met_on_arrival_is_met_by_every_worker() -> None:
+    """A deadline that passed in transit moves just ahead of the worker's clock; one that had
+    passed on arrival, or that is well ahead, is left as sent."""
+    from envckpt.http.workers.group import MIN_AHEAD_SECONDS, deadline_met_at
+
+    sent = {"checkpoint_id": "c", "deadline_ts": 100.05}
+    moved = deadline_met_at(sent, 100.0, now=100.3)
+    assert moved == {"checkpoint_id": "c", "deadline_ts": 100.3 + MIN_AHEAD_SECONDS}
+    assert deadline_met_at(sent, 100.1, now=100.3) == sent  # already past on arrival
+    far = {"deadline_ts": 200.0}
+    assert deadline_met_at(far, 100.0, now=100.3) is far
+    assert deadline_met_at(None, 100.0, now=100.3) is None
+
+
+async def test_a_short_deadline_reaches_every_worker_as_met(tmp_path: Path) -> None:
+    """A prepare whose deadline passes while it travels to the siblings still closes every
+    worker (not deadline_exceeded at one of them), and a past one is refused by all."""
+    async with Workers(tmp_path, count=3) as workers:
+        status, reply = await call(workers, 0, "prepare", checkpoint_id="c1", seconds=0.001)
+        assert status == 200, reply
+        assert all(workers[s].tool.core.checkpoint_id == "c1" for s in range(3))
+        await call(workers, 0, "resume", checkpoint_id="c1")
+        status, reply = await call(workers, 1, "prepare", checkpoint_id="c2", seconds=-5)
+        assert (status, reply["error"]["code"]) == (409, "deadline_exceeded")
+        assert all(workers[s].tool.core.checkpoint_id is None for s in range(3))
+
+
 def test_a_group_needs_a_worker() -> None:
     """A server of zero workers is refused."""
     from envckpt.http.workers import WorkerGroup

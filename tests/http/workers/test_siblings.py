@@ -27,15 +27,17 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def private(calls: list[tuple[str, str, Any]]) -> Any:
+def private(calls: list[tuple[Any, ...]]) -> Any:
     app = FastAPI()
 
     @app.post("/data")
     async def data(request: Request) -> dict[str, Any]:
         return {"internal": bool(request.scope.get(INTERNAL_SCOPE_KEY))}
 
-    async def local(method: str, route: str, body: Any) -> tuple[int, dict[str, Any]]:
-        calls.append((method, route, body))
+    async def local(
+        method: str, route: str, body: Any, received_at: float | None
+    ) -> tuple[int, dict[str, Any]]:
+        calls.append((method, route, body, received_at))
         return 200, {"phase": "idle"}
 
     return internal_app(
@@ -49,17 +51,19 @@ def private(calls: list[tuple[str, str, Any]]) -> Any:
 
 async def test_a_sibling_answers_with_its_own_reply_and_who_it_is(short_dir: Path) -> None:
     """A control call runs on that worker only; the share carries its pid and restarts."""
-    calls: list[tuple[str, str, Any]] = []
+    calls: list[tuple[Any, ...]] = []
     socket = str(short_dir / "w1.sock")
     siblings = Siblings(TOKEN)
     async with serve_unix(private(calls), socket):
         registration = Registration(1, 4321, "b" * 32, socket)
-        share = await siblings.control(registration, "POST", "renew", {"x": 1}, timeout=5)
+        share = await siblings.control(
+            registration, "POST", "renew", {"x": 1}, timeout=5, received_at=12.5
+        )
         join = await siblings.join_state(registration, timeout=5)
     await siblings.aclose()
     assert (share.slot, share.status, dict(share.body or {})) == (1, 200, {"phase": "idle"})
     assert (share.pid, share.joined_open) == (4321, ("c9",))
-    assert calls == [("POST", "renew", {"x": 1})]
+    assert calls == [("POST", "renew", {"x": 1}, 12.5)]
     assert join == {"finished": ["a"], "marks": {}, "open": None}
 
 
@@ -67,7 +71,7 @@ async def test_the_private_routes_refuse_a_wrong_token_and_mark_data_requests(
     short_dir: Path,
 ) -> None:
     """Internal routes need the token; everything else is the app, marked internal."""
-    calls: list[tuple[str, str, Any]] = []
+    calls: list[tuple[Any, ...]] = []
     socket = str(short_dir / "w1.sock")
     async with serve_unix(private(calls), socket):
         transport = httpx.AsyncHTTPTransport(uds=socket)
