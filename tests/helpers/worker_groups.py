@@ -49,10 +49,13 @@ def body(checkpoint_id: str, seconds: float = 30.0, **fields: Any) -> dict[str, 
 class Workers:
     """``count`` workers of one tool server, sharing a worker directory under /tmp."""
 
-    def __init__(self, root: Path, *, count: int, latency: float = 0.0) -> None:
+    def __init__(
+        self, root: Path, *, count: int, latency: float = 0.0, mode: str = "export_restore"
+    ) -> None:
         self.root = root
         self.count = count
         self.latency = latency
+        self.mode = mode
         self.path = Path(tempfile.mkdtemp(prefix="eg-", dir="/tmp"))
         self.workers: list[Worker] = []
 
@@ -76,7 +79,7 @@ class Workers:
 
     def build(self) -> Worker:
         """A worker, mounted but not started."""
-        tool = ToolServer(seed=7, latency=self.latency)
+        tool = ToolServer(seed=7, latency=self.latency, mode=self.mode)
         app = new_app()
         app.include_router(tool_router(tool))
         group = mount_worker_participant(

@@ -209,6 +209,10 @@ class WorkerGroup:
         # At least the grace: a past deadline is refused by each worker at once.
         timeout = max(0.0, request.deadline_ts - now) + MIN_AHEAD_SECONDS + REPLY_GRACE_SECONDS
         bodies = self._restore_bodies(body, request) if isinstance(request, RestoreRequest) else {}
+        if isinstance(request, CommitRequest):
+            refused = await self._commit_preflight(request)
+            if refused is not None:
+                return refused
         shares = await self._fan_out(
             method, route, bodies, timeout=timeout, body=body, received_at=now
         )
@@ -282,6 +286,34 @@ class WorkerGroup:
         if route is Route.RESTORE:
             return 200, merge.merged_restore(shares)
         return 200, await self._commit(shares, request)
+
+    async def _commit_preflight(self, request: CommitRequest) -> tuple[int, dict[str, Any]] | None:
+        """Refuse, before any worker commits, what only some workers would refuse.
+
+        Each worker holds different episodes, so a scope naming a restart, or a
+        worker no longer ready, would be refused by that worker alone while the
+        others committed their shares. Checked on every worker's status first,
+        as one process checks them before writing anything.
+        """
+        statuses = await self._fan_out("GET", Route.STATUS, {}, timeout=STATUS_SECONDS)
+        bodies = [dict(share.body or {}) for share in statuses if share.ok]
+        if len(bodies) < len(statuses) or any(
+            (b.get("phase"), b.get("checkpoint_id")) != (Phase.PREPARED, request.checkpoint_id)
+            for b in bodies
+        ):
+            return None  # gone workers, other phases: refused alike by the commit itself
+        reports = [b.get("report") or {} for b in bodies]
+        if not all(report.get("ready") for report in reports):
+            return merge.refusal(
+                ErrorCode.INVALID_PHASE, "no longer ready: episodes left their boundary"
+            )
+        restarts = {key for report in reports for key in report.get("restarts", ())}
+        named = sorted(restarts & {e.capture_key for e in request.episode_ids or ()})
+        if named:
+            return merge.refusal(
+                ErrorCode.RESTART_IN_SCOPE, f"scope names reported restarts: {named[:10]}"
+            )
+        return None
 
     async def _commit(self, shares: list[Share], request: CommitRequest) -> dict[str, Any]:
         """Every worker's share, written as the participant's one records file."""

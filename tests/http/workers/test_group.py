@@ -161,6 +161,23 @@ async def test_a_worker_that_joins_an_open_checkpoint_closes_and_blocks_it(
         assert status == 409 and reply["error"]["code"] == "stale_checkpoint"
 
 
+async def test_a_commit_one_worker_would_refuse_is_refused_before_any_commits(
+    tmp_path: Path,
+) -> None:
+    """A scope naming worker 1's restart: restart_in_scope, and worker 0 (which holds none)
+    did not commit either; nothing was written."""
+    async with Workers(tmp_path, count=2, mode="restart_only") as workers:
+        restart = await hold(workers, workers.owned(1))
+        await call(workers, 0, "prepare", checkpoint_id="c1")
+        status, reply = await call(
+            workers, 0, "commit", checkpoint_id="c1", checkpoint_dir=str(tmp_path / "z"),
+            episode_ids=[restart.to_wire()],
+        )  # fmt: skip
+        assert (status, reply["error"]["code"]) == (409, "restart_in_scope")
+        assert [workers[s].tool.core.phase for s in (0, 1)] == ["prepared", "prepared"]
+        assert not (tmp_path / "z").exists()
+
+
 async def test_a_bad_request_is_refused_before_any_worker_sees_it(tmp_path: Path) -> None:
     """Validation happens once, at the worker that received it; no core changes."""
     async with Workers(tmp_path, count=2) as workers:
