@@ -55,6 +55,7 @@ class LocalCluster:
         self._cluster: Any = None
         self._temp = tempfile.mkdtemp(prefix="envckpt-raynodes-", dir="/tmp")
         self.killed: list[str] = []
+        self._saved_env: dict[str, str | None] = {}
 
     @property
     def address(self) -> str:
@@ -68,8 +69,10 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         # Every session file, socket and address file of this cluster goes here,
-        # not in the /tmp/ray other users' clusters share.
-        os.environ.update(self.environment())
+        # not in the /tmp/ray other users' clusters share (put back on exit).
+        for name, value in self.environment().items():
+            self._saved_env[name] = os.environ.get(name)
+            os.environ[name] = value
         node = {
             "num_cpus": NODE_CPUS,
             "object_store_memory": OBJECT_STORE_BYTES,
@@ -98,6 +101,12 @@ class LocalCluster:
                 self._cluster.shutdown()
             self._cluster = None
         shutil.rmtree(self._temp, ignore_errors=True)
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
 
     def kill(self, node_id: str) -> bool:
         """Kill the worker node ``node_id``'s raylet and processes at once; False if unknown."""

@@ -3,12 +3,14 @@
 Every row of the protocol profile (``--conformance-profile protocol``) must
 hold for a participant whose state is spread over 4 worker processes, as for
 one process. The suite runs in a child pytest (its participants are
-session fixtures started from the command line's options); slow: three
-deployments of 3 x 4 workers, then every row.
+session fixtures started from the command line's options); about 4 minutes
+(three deployments of 3 x 4 workers, then every row), so it is a campaign:
+``make verify`` runs it (``ENVCKPT_CAMPAIGNS=1``), ``make test`` skips it.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("ENVCKPT_CAMPAIGNS"), reason="a campaign: make verify (ENVCKPT_CAMPAIGNS=1)"
+)
 def test_a_four_worker_participant_passes_the_protocol_profile(tmp_path: Path) -> None:
     """Every protocol row holds for the model, agent and resources participants (and the
     restart_only one) when each runs 4 uvicorn workers."""

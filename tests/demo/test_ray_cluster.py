@@ -4,6 +4,7 @@ three-node Ray cluster (three raylets on this machine) that loses a node mid-rol
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ pytest.importorskip("ray")
 def test_a_three_node_cluster_loses_a_node_and_the_job_restores(tmp_path: Path) -> None:
     """The instances spread over 3 nodes, one node's raylet is killed during the rollouts,
     replacements on the 2 others restore the newest snapshot and the job passes its verdict."""
+    ray_tmpdir = os.environ.get("RAY_TMPDIR")
     code, text, _ = run_main(
         ["--ray", "--nodes", "3", "--instances", "3", "--rollouts", "12",
          "--snapshot-every", "0.3", "--dir", str(tmp_path)]
@@ -34,3 +36,4 @@ def test_a_three_node_cluster_loses_a_node_and_the_job_restores(tmp_path: Path) 
     killed = {e["node"] for e in events if e["event"] == "node_killed"}
     later = [e for e in events if e["event"] == "placed" and e["incarnation"] > 1]
     assert later and not killed & set(later[-1]["placement"].values())
+    assert os.environ.get("RAY_TMPDIR") == ray_tmpdir  # the cluster's own directory is unset

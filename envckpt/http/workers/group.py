@@ -297,11 +297,18 @@ class WorkerGroup:
         """
         statuses = await self._fan_out("GET", Route.STATUS, {}, timeout=STATUS_SECONDS)
         bodies = [dict(share.body or {}) for share in statuses if share.ok]
-        if len(bodies) < len(statuses) or any(
-            (b.get("phase"), b.get("checkpoint_id")) != (Phase.PREPARED, request.checkpoint_id)
-            for b in bodies
-        ):
-            return None  # gone workers, other phases: refused alike by the commit itself
+        if len(bodies) < len(statuses):
+            return None  # a gone worker: the commit itself refuses, naming it
+        states = {(b.get("phase"), b.get("checkpoint_id")) for b in bodies}
+        if len(states) > 1:
+            # Some workers prepared, some not (a turn still in flight on one):
+            # refused as the least advanced one would refuse it.
+            phases = sorted(str(phase) for phase, _ in states)
+            return merge.refusal(
+                ErrorCode.INVALID_PHASE, f"commit is not legal while workers are {phases}"
+            )
+        if states != {(Phase.PREPARED, request.checkpoint_id)}:
+            return None  # one phase everywhere: the commit itself refuses (or replays) alike
         reports = [b.get("report") or {} for b in bodies]
         if not all(report.get("ready") for report in reports):
             return merge.refusal(

@@ -178,6 +178,26 @@ async def test_a_commit_one_worker_would_refuse_is_refused_before_any_commits(
         assert not (tmp_path / "z").exists()
 
 
+async def test_a_commit_while_one_worker_still_prepares_commits_nowhere(tmp_path: Path) -> None:
+    """Worker 0 prepared, worker 1 still waiting on a turn: the commit is refused and worker
+    0 stays prepared (it did not commit its share alone)."""
+    async with Workers(tmp_path, count=2, latency=1.0) as workers:
+        busy = Ep(workers.owned(1), 0)
+        turn = asyncio.create_task(workers.data(0, "call", busy, turn=0))
+        while busy not in workers[1].tool.core.fence.in_flight():
+            await asyncio.sleep(0.005)
+        status, reply = await call(workers, 0, "prepare", checkpoint_id="c1", seconds=0.1)
+        assert reply["phase"] == "preparing" and busy.capture_key in reply["report"]["blockers"]
+        assert [workers[s].tool.core.phase for s in (0, 1)] == ["prepared", "preparing"]
+        status, reply = await call(
+            workers, 0, "commit", checkpoint_id="c1", checkpoint_dir=str(tmp_path / "w"),
+            episode_ids=None,
+        )  # fmt: skip
+        assert (status, reply["error"]["code"]) == (409, "invalid_phase")
+        assert [workers[s].tool.core.phase for s in (0, 1)] == ["prepared", "preparing"]
+        await turn
+
+
 async def test_a_bad_request_is_refused_before_any_worker_sees_it(tmp_path: Path) -> None:
     """Validation happens once, at the worker that received it; no core changes."""
     async with Workers(tmp_path, count=2) as workers:
