@@ -16,6 +16,8 @@ other finds that very manifest and returns it::
 from __future__ import annotations
 
 import hashlib
+import os
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,29 @@ def records_digest(lines: Sequence[bytes]) -> str:
         digest.update(line)
         digest.update(b"\n")
     return digest.hexdigest()
+
+
+def check_writable(checkpoint_dir: Path, *, kind: str, instance: str) -> None:
+    """Raise the ``ParticipantError`` writing there would end in, before any worker commits.
+
+    The participant directory is made (as the write would make it) and a file
+    created and removed in it; a directory that already has a manifest is
+    refused as a published one.
+    """
+    directory = store.participant_dir(checkpoint_dir, kind, instance)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".probe-{os.getpid()}-{uuid.uuid4().hex}.tmp"
+        with open(probe, "xb"):
+            pass
+        probe.unlink()
+    except OSError as error:
+        raise ParticipantError(ErrorCode.CHECKPOINT_ERROR, f"writing failed: {error}") from error
+    if os.path.lexists(directory / store.MANIFEST_NAME):
+        raise ParticipantError(
+            ErrorCode.INVALID_CHECKPOINT_STATE,
+            f"checkpoint directory already published: {directory}",
+        )
 
 
 def write_merged(

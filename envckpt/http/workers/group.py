@@ -40,7 +40,7 @@ from envckpt import logs
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.http.serve import serve_unix
-from envckpt.http.workers import merge
+from envckpt.http.workers import merge, preflight
 from envckpt.http.workers.commit_merge import write_merged
 from envckpt.http.workers.merge import Share
 from envckpt.http.workers.siblings import Siblings, internal_app
@@ -189,6 +189,8 @@ class WorkerGroup:
     async def _local(
         self, method: str, route: str, body: Any, received_at: float | None
     ) -> tuple[int, dict[str, Any]]:
+        if route == preflight.RESTORE_CHECK:
+            return preflight.restorable(self.core, body)
         if received_at is not None:
             body = deadline_met_at(body, received_at, now=self.core.clock.now())
         return await edge.handle(
@@ -211,6 +213,12 @@ class WorkerGroup:
         bodies = self._restore_bodies(body, request) if isinstance(request, RestoreRequest) else {}
         if isinstance(request, CommitRequest):
             refused = await self._commit_preflight(request)
+            if refused is not None:
+                return refused
+        if isinstance(request, RestoreRequest):
+            # What only one worker would refuse (a live attempt it holds) first.
+            checks = await self._fan_out("POST", preflight.RESTORE_CHECK, bodies, timeout=timeout)
+            refused = merge.first_refusal(checks, self.slot or 0)
             if refused is not None:
                 return refused
         shares = await self._fan_out(
@@ -288,39 +296,9 @@ class WorkerGroup:
         return 200, await self._commit(shares, request)
 
     async def _commit_preflight(self, request: CommitRequest) -> tuple[int, dict[str, Any]] | None:
-        """Refuse, before any worker commits, what only some workers would refuse.
-
-        Each worker holds different episodes, so a scope naming a restart, or a
-        worker no longer ready, would be refused by that worker alone while the
-        others committed their shares. Checked on every worker's status first,
-        as one process checks them before writing anything.
-        """
+        """``preflight.commit_refusal`` on every worker's status, before any commits."""
         statuses = await self._fan_out("GET", Route.STATUS, {}, timeout=STATUS_SECONDS)
-        bodies = [dict(share.body or {}) for share in statuses if share.ok]
-        if len(bodies) < len(statuses):
-            return None  # a gone worker: the commit itself refuses, naming it
-        states = {(b.get("phase"), b.get("checkpoint_id")) for b in bodies}
-        if len(states) > 1:
-            # Some workers prepared, some not (a turn still in flight on one):
-            # refused as the least advanced one would refuse it.
-            phases = sorted(str(phase) for phase, _ in states)
-            return merge.refusal(
-                ErrorCode.INVALID_PHASE, f"commit is not legal while workers are {phases}"
-            )
-        if states != {(Phase.PREPARED, request.checkpoint_id)}:
-            return None  # one phase everywhere: the commit itself refuses (or replays) alike
-        reports = [b.get("report") or {} for b in bodies]
-        if not all(report.get("ready") for report in reports):
-            return merge.refusal(
-                ErrorCode.INVALID_PHASE, "no longer ready: episodes left their boundary"
-            )
-        restarts = {key for report in reports for key in report.get("restarts", ())}
-        named = sorted(restarts & {e.capture_key for e in request.episode_ids or ()})
-        if named:
-            return merge.refusal(
-                ErrorCode.RESTART_IN_SCOPE, f"scope names reported restarts: {named[:10]}"
-            )
-        return None
+        return await preflight.commit_refusal(statuses, request, self.core)
 
     async def _commit(self, shares: list[Share], request: CommitRequest) -> dict[str, Any]:
         """Every worker's share, written as the participant's one records file."""

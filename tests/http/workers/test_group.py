@@ -195,6 +195,11 @@ async def test_a_commit_while_one_worker_still_prepares_commits_nowhere(tmp_path
         )  # fmt: skip
         assert (status, reply["error"]["code"]) == (409, "invalid_phase")
         assert [workers[s].tool.core.phase for s in (0, 1)] == ["prepared", "preparing"]
+        status, reply = await call(
+            workers, 1, "commit", checkpoint_id="other", checkpoint_dir=str(tmp_path / "w"),
+            episode_ids=None,
+        )  # fmt: skip
+        assert (status, reply["error"]["code"]) == (409, "checkpoint_conflict")  # as one process
         await turn
 
 
