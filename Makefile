@@ -52,7 +52,7 @@ bench: $(STAMP)
 BUILD := build
 verify: $(STAMP)
 	mkdir -p $(BUILD)
-	PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
+	ENVCKPT_CAMPAIGNS=1 PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
 	tail -3 $(BUILD)/verify-pytest.txt
 	PYTHONPATH=tests $(BIN)/python -m model_check --quiet > $(BUILD)/model-check.txt; \
 	checked=$$?; cat $(BUILD)/model-check.txt; \

@@ -160,6 +160,12 @@ class Phase(StrEnum):
     RESTORED = "restored"
 
 
+# Status fields of a server run with several workers (as Gym's coordinated
+# participants report them): the workers answering, and how many it runs.
+STATUS_WORKERS = "workers"
+STATUS_EXPECTED_WORKERS = "expected_workers"
+
+
 class ErrorCode(StrEnum):
     """The protocol's error codes (protocol.md 7)."""
 

@@ -62,6 +62,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "rows needing held state or in-flight work run (default: sim for envckpt's own "
         "servers, none with --base-url)",
     )
+    group.addoption(
+        "--sim-workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run envckpt's own servers with N uvicorn workers each (python -m "
+        "envckpt.sim.server --workers N); ignored with --base-url",
+    )
 
 
 # Transition coverage: every fired transition, by table row and transport

@@ -1,7 +1,7 @@
 """``envckpt demo``: a training run that is interrupted, restores and finishes.
 
     envckpt demo [--instances N] [--rollouts M] [--seed S] [--kills K] [--preempt]
-                 [--dir PATH [--force]] [--in-process | --ray]
+                 [--dir PATH [--force]] [--in-process | --ray [--nodes N]]
     envckpt demo --nemo-gym [--rollouts M] [--seed S] [--kills K] [--dir PATH [--force]]
                  [--generation-seconds G] [--prepare-seconds P]
     envckpt demo --dir PATH --resume       # go on with a demo run that was interrupted
@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="with --ray: run on a local cluster of N nodes and kill --kills of them (default 1)",
+    )
+    parser.add_argument(
         "--nemo-gym",
         action="store_true",
         help="run the job over 2 real nemo-gym deployments instead (needs nemo-gym 0.7.0)",
@@ -186,7 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--generation-seconds and --prepare-seconds go with --nemo-gym")
     if args.resume:
         _check_resume_args(parser, args)
-    kills = args.kills if args.kills is not None else (1 if args.preempt else 2)
+    if args.nodes is not None:
+        from envckpt.demo.ray_nodes_args import check_nodes_args
+
+        check_nodes_args(parser, args)
+    kills = args.kills if args.kills is not None else (1 if args.preempt or args.nodes else 2)
     if kills < 1:
         parser.error("--kills must be at least 1: the demo shows a restore")
     if not args.verbose:
@@ -232,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             **timing,
         )
         verdict, text = run_nemo_gym(demo, plan)
+    elif args.nodes is not None:
+        from envckpt.demo.ray_cluster import run_ray_nodes
+
+        verdict, text = run_ray_nodes(settings, nodes=args.nodes, kills=kills)
     elif args.in_process:
         from envckpt.demo.inprocess import run_demo
 

@@ -83,11 +83,16 @@ class JobTokens:
 
 @dataclass
 class Hosted:
-    """The instances the facade drives, the backend that runs rollouts, and how to stop them."""
+    """The instances the facade drives, the backend that runs rollouts, and how to stop them.
+
+    ``strike``, when given, is how a planned kill strikes this hosting (a Ray
+    cluster loses a node: ``demo.node_loss``) instead of the whole job's group.
+    """
 
     instances: list[InstanceClient]
     backend: RolloutBackend
     stop: Callable[[], Awaitable[None]]
+    strike: Callable[[Mapping[str, Any]], None] | None = None
 
 
 class HttpBackend:

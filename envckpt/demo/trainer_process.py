@@ -1,7 +1,7 @@
 """The demo's training job as a process: trainer plus its Gym servers as children.
 
     python -m envckpt.demo.trainer_process --config job.json --incarnation N
-        [--interrupt JSON] [--crash-at POINT[:K]] [--ray]
+        [--interrupt JSON] [--crash-at POINT[:K]] [--ray [--ray-address A --node-kills K]]
 
 It serves its token-row endpoint, launches one ``envckpt.sim.server`` child
 per Gym instance, claims the snapshot root, restores the newest usable
@@ -13,6 +13,11 @@ restores again (the refused snapshot was moved aside). The moment every
 rollout is sealed it writes ``results.json`` and records in its root that the
 job finished (``envckpt.trainer.finished``); started again after that (a
 requeue) it prints ``already finished`` and exits 0 having written nothing.
+
+With ``--ray-address`` the instances run on that multi-node Ray cluster
+(``node_loss``) and a planned kill takes one node down instead of the job:
+the trainer replaces the lost instances on the remaining nodes and restores
+(each node loss starts the next run of the job, in this same process).
 
 ``--interrupt`` is the demo's plan for this run (``plan.Interruption``): a
 SIGKILL of the whole process group at a seeded moment after a snapshot, one
@@ -42,6 +47,7 @@ import structlog
 from envckpt import crashpoints
 from envckpt.demo.events import EVENTS_NAME, EventLog
 from envckpt.demo.gym_hosting import Hosted, JobTokens, http_instances, ray_instances
+from envckpt.demo.node_loss import InstancesLost, cluster_instances, node_kill_plan
 from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
 from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.demo.telemetry_hooks import announce, metrics_endpoint
@@ -78,6 +84,8 @@ async def run_job(
     tokens: JobTokens,
     interruption: Interruption | None = None,
     use_ray: bool = False,
+    ray_address: str | None = None,
+    node_kills: int = 0,
 ) -> int:
     """Restore (or start fresh), run every rollout to its end; the exit code."""
     events = EventLog(settings.directory / EVENTS_NAME, incarnation=incarnation)
@@ -94,14 +102,20 @@ async def run_job(
         async with serve(app) as trainer_url:
             announce(events, trainer_url, observers)
             rows_url = f"{trainer_url}/rows"
+            node_plan = node_kill_plan(seed=settings.seed, kills=node_kills)
             for _ in range(_MAX_GYM_RESTARTS):
-                hosting = (
-                    ray_instances(settings, tokens=tokens, rows_url=rows_url)
-                    if use_ray
-                    else http_instances(
+                if ray_address is not None:
+                    hosting = cluster_instances(
+                        settings, tokens=tokens, rows_url=rows_url, address=ray_address,
+                        events=events,
+                    )  # fmt: skip
+                    interruption = node_plan.pop(0) if node_plan else None
+                elif use_ray:
+                    hosting = ray_instances(settings, tokens=tokens, rows_url=rows_url)
+                else:
+                    hosting = http_instances(
                         settings, tokens=tokens, rows_url=rows_url, incarnation=incarnation
                     )
-                )
                 async with hosting as hosted:
                     # After the hosts started: ray.init installs a SIGTERM handler of its own.
                     signals.install()
@@ -112,6 +126,11 @@ async def run_job(
                     except SnapshotRefusedByEnvironment as error:
                         # These Gym processes saw a restore; fresh ones take the next.
                         events.emit("restore_refused", snapshot=error.snapshot, reason=error.reason)
+                        rows.target = None
+                    except InstancesLost as lost:
+                        # A node died: replacements on the other nodes restore, as the next run.
+                        events.emit("instances_lost", instances=lost.instances, nodes=lost.nodes)
+                        events.incarnation += 1
                         rows.target = None
             raise RuntimeError(f"Gym refused {_MAX_GYM_RESTARTS} snapshots in a row")
     except (StartRefused, SnapshotsFailing, RestoreFailed) as error:
@@ -171,7 +190,7 @@ async def _train(
                 interruption,
                 total=settings.rollouts,
                 finished=len(results),
-                strike=lambda info: _strike(events, info),
+                strike=hosted.strike or (lambda info: _strike(events, info)),
             )
 
             def progress(event: str, fields: Mapping[str, Any]) -> None:
@@ -237,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
     parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
+    parser.add_argument("--ray-address", default=None, help="a multi-node Ray cluster to join")
+    parser.add_argument("--node-kills", type=int, default=0, help="nodes to kill (--ray-address)")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
     try:
@@ -268,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 tokens=tokens,
                 interruption=interruption,
                 use_ray=args.ray,
+                ray_address=args.ray_address,
+                node_kills=args.node_kills,
             )
         )
     except (StartRefused, SnapshotsFailing, RestoreFailed) as error:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -79,11 +79,27 @@ def _reply(status: int, content: dict[str, Any]) -> Response:
 
 
 Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
+# (method, route, parsed body or None) -> (status, reply) of one authenticated
+# control request: the core's own edge, or a multi-worker server's fan-out.
+Dispatch = Callable[[str, str, Any], Awaitable[tuple[int, dict[str, Any]]]]
 
 
-def _endpoint(
-    core: ParticipantCore, route: Route, token: str, limits: tuple[int, float]
-) -> Endpoint:
+def core_dispatch(core: ParticipantCore) -> Dispatch:
+    """Dispatch to ``core`` through ``edge.handle`` (what a one-process server does)."""
+
+    def dispatch(method: str, route: str, body: Any) -> Awaitable[tuple[int, dict[str, Any]]]:
+        # Authenticated by the route already. edge.handle logs unexpected
+        # failures with a traceback, and a renderer that shows frame locals
+        # would print its arguments, so it gets a stand-in credential rather
+        # than the secret.
+        return edge.handle(
+            core, method, route, body, authorization=f"Bearer {_VERIFIED}", token=_VERIFIED
+        )
+
+    return dispatch
+
+
+def _endpoint(route: Route, token: str, limits: tuple[int, float], dispatch: Dispatch) -> Endpoint:
     max_bytes, within = limits
 
     async def endpoint(request: Request) -> Response:
@@ -99,17 +115,7 @@ def _endpoint(
                 body = parse_json(await read_body(request, max_bytes=max_bytes, within=within))
             except BodyRefused as refused:
                 return refused.response()
-        # Authenticated above. edge.handle logs unexpected failures with a
-        # traceback, and a renderer that shows frame locals would print its
-        # arguments, so it gets a stand-in credential rather than the secret.
-        call = edge.handle(
-            core,
-            request.method,
-            route.value,
-            body,
-            authorization=f"Bearer {_VERIFIED}",
-            token=_VERIFIED,
-        )
+        call = dispatch(request.method, route.value, body)
         # The call holds the body until it is validated, then lets it go.
         del body
         status, reply = await call
@@ -144,7 +150,7 @@ def control_router(
     """
     token = _checked(core, token, (max_body_bytes, body_read_seconds), unconfined=unconfined)
     router = APIRouter(prefix=CHECKPOINT_ROUTE_PREFIX, tags=["envckpt checkpoint control"])
-    _add_routes(router, "", core, token, (max_body_bytes, body_read_seconds))
+    _add_routes(router, "", token, (max_body_bytes, body_read_seconds), core_dispatch(core))
     return router
 
 
@@ -165,14 +171,14 @@ def _checked(
 def _add_routes(
     target: APIRouter | FastAPI,
     prefix: str,
-    core: ParticipantCore,
     token: str,
     limits: tuple[int, float],
+    dispatch: Dispatch,
 ) -> None:
     for route in ROUTES:
         target.add_api_route(
             f"{prefix}/{route.value}",
-            _endpoint(core, route, token, limits),
+            _endpoint(route, token, limits, dispatch),
             methods=_METHODS,
             response_class=JSONResponse,
             include_in_schema=False,
@@ -215,6 +221,7 @@ def mount_participant(
     max_body_bytes: int = MAX_BODY_BYTES,
     body_read_seconds: float = BODY_READ_SECONDS,
     lease_check_seconds: float | None = DEFAULT_LEASE_CHECK_SECONDS,
+    dispatch: Dispatch | None = None,
 ) -> None:
     """Install ``core``'s control routes on ``app`` (a nemo-gym server's app included).
 
@@ -227,6 +234,10 @@ def mount_participant(
     own even if no further call arrives. The watchdog sleeps on the core's
     clock: pass ``None`` for a core on a ``FakeClock``, whose sleep returns at
     once (the lease is still checked lazily on every call and admission).
+
+    ``dispatch`` replaces the core's own edge as what an authenticated request
+    calls: a multi-worker server fans each request out to every worker
+    (``envckpt.http.workers``).
     """
     if getattr(app.state, _MOUNTED, None) is not None:
         raise ValueError("this app already serves checkpoint control routes (one per server)")
@@ -238,7 +249,7 @@ def mount_participant(
     # included router's routes through another layer (about 20 us a call).
     limits = (max_body_bytes, body_read_seconds)
     token = _checked(core, token, limits, unconfined=unconfined)
-    _add_routes(app, CHECKPOINT_ROUTE_PREFIX, core, token, limits)
+    _add_routes(app, CHECKPOINT_ROUTE_PREFIX, token, limits, dispatch or core_dispatch(core))
     setattr(app.state, _MOUNTED, core.server_name)
     if lease_check_seconds is not None:
         _run_during_lifespan(app, lambda: core.run_lease_watchdog(lease_check_seconds))

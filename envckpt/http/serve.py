@@ -5,6 +5,8 @@ socket, so concurrent runs never collide::
 
     async with serve(app) as base_url:              # a task in the running loop
         ...
+    async with serve_unix(app, "/tmp/d/w0.sock"):   # a worker's private socket
+        ...
     async with serve_many([app_a, app_b]) as urls:  # started and stopped together
         ...
     with serve_in_thread(app) as base_url:          # its own loop in a background thread
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -101,16 +104,24 @@ class _Running:
 
 
 async def _start(
-    app: Any, *, host: str, log_level: str | None, startup_timeout: float, limits: ServerLimits
+    app: Any,
+    *,
+    host: str,
+    log_level: str | None,
+    startup_timeout: float,
+    limits: ServerLimits,
+    uds: str | None = None,
 ) -> _Running:
+    # On a Unix socket (a worker's private one) the app's lifespan already ran
+    # under its main server: it must not run twice.
+    where: dict[str, Any] = {"host": host, "port": 0} if uds is None else {"uds": uds}
     config = uvicorn.Config(
         app,
-        host=host,
-        port=0,
+        **where,
         log_config=None,
         log_level=log_level,
         access_log=False,
-        lifespan="auto",
+        lifespan="auto" if uds is None else "off",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         **limits.uvicorn_options(),
     )
@@ -131,6 +142,8 @@ async def _start(
                 await task
             raise RuntimeError(f"uvicorn did not start within {startup_timeout:.0f} s")
         await asyncio.sleep(0.005)
+    if uds is not None:
+        return _Running(server, task, uds)
     port = server.servers[0].sockets[0].getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     return _Running(server, task, f"http://{url_host}:{port}")
@@ -193,6 +206,36 @@ async def serve(
         [app], host=host, log_level=log_level, startup_timeout=startup_timeout, limits=limits
     ) as urls:
         yield urls[0]
+
+
+@contextlib.asynccontextmanager
+async def serve_unix(
+    app: Any,
+    path: str,
+    *,
+    log_level: str | None = "warning",
+    startup_timeout: float = STARTUP_TIMEOUT_SECONDS,
+    limits: ServerLimits = ServerLimits(),
+) -> AsyncIterator[str]:
+    """Serve ``app`` on the Unix socket ``path`` (lifespan off); yield the path, stop on exit.
+
+    For a worker's private socket: the app's lifespan runs under its TCP
+    server only. The socket is removed when the server stops.
+    """
+    running = await _start(
+        app,
+        host=DEFAULT_HOST,
+        log_level=log_level,
+        startup_timeout=startup_timeout,
+        limits=limits,
+        uds=path,
+    )
+    try:
+        yield path
+    finally:
+        await running.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 @contextlib.contextmanager

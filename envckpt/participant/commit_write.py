@@ -10,6 +10,12 @@ bookkeeping afterwards.
     write = CommitWrite(checkpoint_id, args)
     write.task = asyncio.create_task(export_and_write(write, hooks=..., ...))
     reply = await write.task          # or ParticipantError (stale, invalid, error)
+
+Where the encoded records go is the ``Publisher``'s business: ``write_here``
+(the default) writes the records file and links the manifest; ``hand_over``
+writes nothing and returns the encoded records instead, for a worker of a
+multi-worker server whose records the answering worker merges into the
+participant's one records file (``envckpt.http.workers``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, ParticipantError
@@ -62,6 +68,72 @@ class CommitWrite:
         return task.done() and not task.cancelled() and task.exception() is not None
 
 
+class Publisher(Protocol):
+    """Makes the encoded records of one commit durable (or hands them on); returns reply fields.
+
+    ``keys[i]`` is the capture key of ``lines[i]``. ``before_publish`` must run
+    right before anything becomes visible: it raises if the commit was aborted.
+    Runs in a worker thread.
+    """
+
+    def __call__(
+        self,
+        checkpoint_dir: Path,
+        *,
+        kind: Kind,
+        instance: str,
+        checkpoint_id: str,
+        keys: list[str],
+        lines: Iterable[bytes],
+        before_publish: Callable[[], None],
+    ) -> dict[str, Any]: ...
+
+
+def write_here(
+    checkpoint_dir: Path,
+    *,
+    kind: Kind,
+    instance: str,
+    checkpoint_id: str,
+    keys: list[str],
+    lines: Iterable[bytes],
+    before_publish: Callable[[], None],
+) -> dict[str, Any]:
+    """The one-process participant's way: records file, then the manifest, here."""
+    del keys  # the records carry their own episode ids
+    manifest = store.write_checkpoint(
+        checkpoint_dir,
+        kind=kind,
+        instance=instance,
+        checkpoint_id=checkpoint_id,
+        lines=lines,
+        before_publish=before_publish,
+    )
+    return {"manifest": manifest.to_json()}
+
+
+def hand_over(
+    checkpoint_dir: Path,
+    *,
+    kind: Kind,
+    instance: str,
+    checkpoint_id: str,
+    keys: list[str],
+    lines: Iterable[bytes],
+    before_publish: Callable[[], None],
+) -> dict[str, Any]:
+    """A worker's share of a multi-worker commit: ``records`` as [capture key, line] pairs.
+
+    Nothing is written here: the worker that answers the commit merges every
+    worker's share into the participant's one records file and manifest. The
+    share is still checked against an abort, like a write before its manifest.
+    """
+    del checkpoint_dir, kind, instance, checkpoint_id
+    records = [[key, line.decode("utf-8")] for key, line in zip(keys, lines, strict=True)]
+    before_publish()
+    return {"records": records}
+
+
 def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -86,6 +158,7 @@ async def export_and_write(
     counters: ParticipantCounters | None = None,
     server: str = "",
     non_finite: NonFinite = NonFinite.REFUSE,
+    publish: Publisher = write_here,
 ) -> dict[str, Any]:
     """Export the scope once, write records and manifest; return the commit reply.
 
@@ -95,7 +168,9 @@ async def export_and_write(
     JSON cannot carry fails the commit with ``checkpoint_error`` naming
     ``server``, the episode, the session and the key
     (``json_state.UnencodableState``, its cause); with ``non_finite`` ``gym``
-    NaN and the infinities are written as Gym writes them.
+    NaN and the infinities are written as Gym writes them. ``publish`` makes
+    the records durable (``write_here``) or hands them to the worker that
+    answers a multi-worker commit (``hand_over``).
     """
     started = time.perf_counter()
     try:
@@ -110,13 +185,16 @@ async def export_and_write(
             before_publish=before_publish,
             server=server,
             non_finite=non_finite,
+            publish=publish,
         )
     except BaseException:
         if counters is not None:
             counters.commit_failures += 1
         raise
     if counters is not None:
-        records = reply["manifest"]["record_count"]
+        # A worker's share of a multi-worker commit carries its records, not a manifest.
+        manifest = reply.get("manifest")
+        records = len(reply["records"]) if manifest is None else manifest["record_count"]
         counters.committed(records=records, seconds=time.perf_counter() - started)
     return reply
 
@@ -133,6 +211,7 @@ async def _export_and_write(
     before_publish: Sequence[Callable[[], None]],
     server: str,
     non_finite: NonFinite,
+    publish: Publisher,
 ) -> dict[str, Any]:
     checkpoint_id = write.checkpoint_id
     if write.aborted:
@@ -167,12 +246,13 @@ async def _export_and_write(
             raise _WriteAborted(checkpoint_id)
 
     try:
-        manifest = await asyncio.to_thread(
-            store.write_checkpoint,
+        published = await asyncio.to_thread(
+            publish,
             checkpoint_dir,
             kind=kind,
             instance=instance,
             checkpoint_id=checkpoint_id,
+            keys=[episode.capture_key for episode, _ in exported_states],
             lines=lines,
             before_publish=last_step_before_publish,
         )
@@ -191,7 +271,7 @@ async def _export_and_write(
     return {
         "phase": Phase.COMMITTED,
         "checkpoint_id": checkpoint_id,
-        "manifest": manifest.to_json(),
+        **published,
         "episode_ids": keys,
         **extras,
     }

@@ -1,14 +1,13 @@
 """The participant core: one server's side of the checkpoint protocol.
 
-One core per participant server: the phase machine (``PARTICIPANT_PHASES``),
-admission, the lease, replays and restore. Around it: the
-``AttemptFence`` (which attempts may act), ``rules`` (which call is refused,
-with which code), ``OpenCheckpoint`` (all that lives while a checkpoint is
-open, so ending one is one assignment), ``work`` (closing admission,
-stopping retired work), ``commit_write`` and ``restore_read``; the kind's
-state is behind ``StateHooks``. ``edge.handle``
-calls the control methods for both transports; episode handlers wrap each
-call in ``admit``::
+One core per participant server (per worker of a multi-worker one): the phase
+machine (``PARTICIPANT_PHASES``), admission, the lease, replays and restore.
+Around it: the ``AttemptFence`` (which attempts may act), ``rules`` (which
+call is refused, with which code), ``OpenCheckpoint`` (all that lives while a
+checkpoint is open, so ending one is one assignment), ``work`` (closing
+admission, stopping retired work), ``commit_write`` and ``restore_read``; the
+kind's state is behind ``StateHooks``. ``edge.handle`` calls the control
+methods for both transports; episode handlers wrap each call in ``admit``::
 
     async with core.admit(episode):       # admission_closed / stale_attempt
         ...                               # one turn; ends at a boundary
@@ -16,15 +15,15 @@ call in ``admit``::
     await core.commit(cid, deadline_ts=d, checkpoint_dir=p, episode_ids=scope)
     await core.resume(cid, deadline_ts=d)    # also aborts
 
-Why it is built this way (protocol.md 4): every transition happens under
-``_lock`` and only after the hook I/O it depends on succeeded; prepare waits
-for boundaries outside the lock so resume can interrupt it; a commit's write
-is its own task, so a commit past its deadline keeps writing and a retry
-collects it, and resume stops a write that has not published; retire raises
-the mark before it stops anything, so a racing request is refused. Retire and
-forget are cleanup calls, accepted under a finished id. A restore never
-installs over an attempt held here; in a process that served the restored
-rollouts it first retires their older attempts, under the same lock hold.
+Why (protocol.md 4): every transition happens under ``_lock``, after the
+hook I/O it depends on succeeded; prepare waits for boundaries outside the
+lock so resume can interrupt it; a commit's write is its own task, so a
+commit past its deadline keeps writing and a retry collects it, and resume
+stops a write that has not published; retire raises the mark before it stops
+anything, so a racing request is refused. Retire and forget are cleanup
+calls, accepted under a finished id. A restore never installs over an attempt
+held here; in a process that served the restored rollouts it first retires
+their older attempts, under the same lock hold.
 """
 
 from __future__ import annotations
@@ -43,7 +42,7 @@ from envckpt.errors import ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
-from envckpt.participant import rules, work
+from envckpt.participant import commit_write, rules, work
 from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.counters import ParticipantCounters
@@ -94,19 +93,19 @@ class ParticipantCore:
         # What the edge lets a request name (confinement.py); no root: unconfined.
         self.bounds = RequestBounds.of(checkpoint_root, max_lease_seconds=max_lease_seconds)
         self.fence = AttemptFence()
-        # A policy model's generations, which a prepare may refuse (model_calls.py).
-        self.model_calls = model_calls
+        self.model_calls = model_calls  # generations a prepare may refuse (model_calls.py)
         self._phase = _PHASES.new(server_name)
         self.set_gym_instance(gym_instance_id)
         self._lock = asyncio.Lock()
         # Set whenever in-flight work or the phase changes; prepare waits on it.
         self._changed = asyncio.Event()
         self._open: OpenCheckpoint | None = None
-        self._finished = FinishedIds()
+        # Public: a joining worker adopts its siblings' ids; a worker hands records over.
+        self.finished = FinishedIds()
+        self.publish: commit_write.Publisher = commit_write.write_here
         self.served_traffic = False
         self.counters = ParticipantCounters()
-        # Test and demo hook: called by the commit write between records and
-        # manifest (a crash there leaves an unpublished directory).
+        # Test and demo hook, run between records and manifest (a crash: unpublished).
         self.before_publish: list[Callable[[], None]] = []
 
     def set_gym_instance(self, gym_instance_id: str | None) -> None:
@@ -169,7 +168,7 @@ class ParticipantCore:
     async def prepare(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
+            self.finished.refuse(checkpoint_id)
             rules.check_deadline(self.clock.now(), deadline_ts, "prepare")
             if self._open is None:
                 await work.close_admission(self.hooks)  # reopens and raises if it fails
@@ -211,7 +210,7 @@ class ParticipantCore:
     async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
+            self.finished.refuse(checkpoint_id)
             rules.check_deadline(self.clock.now(), deadline_ts, "renew")
             if self._open is None:
                 raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open to renew")
@@ -234,7 +233,7 @@ class ParticipantCore:
         args: CommitArgs = (checkpoint_dir, scope, stop)
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
+            self.finished.refuse(checkpoint_id)
             rules.check_deadline(self.clock.now(), deadline_ts, "commit")
             write = None if self._open is None else self._open.commit
             if write is not None and write.checkpoint_id == checkpoint_id:
@@ -284,6 +283,7 @@ class ParticipantCore:
             counters=self.counters,
             server=self.server_name,
             non_finite=self.non_finite,
+            publish=self.publish,
         )
         async with self._lock:
             open_ = self._open
@@ -313,7 +313,7 @@ class ParticipantCore:
         args = (checkpoint_dir, tuple(capture_keys(scope)))
         async with self._lock:
             await self._expire_if_due()
-            self._finished.refuse(checkpoint_id)
+            self.finished.refuse(checkpoint_id)
             replayed = rules.restore_replay(self._open, checkpoint_id, args, phase=self.phase)
             if replayed is not None:
                 return replayed
@@ -365,11 +365,11 @@ class ParticipantCore:
         del deadline_ts  # resume never waits on anything that could overrun
         async with self._lock:
             await self._expire_if_due()
-            if checkpoint_id in self._finished:
+            if checkpoint_id in self.finished:
                 return {"phase": Phase.IDLE, "idempotent": True}
             if self._open is None:
                 # Never opened here: fence it so a late prepare is refused.
-                self._finished.add(checkpoint_id)
+                self.finished.add(checkpoint_id)
                 return {"phase": Phase.IDLE, "idempotent": True}
             rules.require_open(self._open, checkpoint_id)
             await self._abort("resume")
@@ -402,7 +402,7 @@ class ParticipantCore:
             await self.hooks.open_admission()
         _PHASES.fire(self._phase, trigger, checkpoint_id=open_.checkpoint_id)
         self.counters.ended(trigger)
-        self._finished.add(open_.checkpoint_id)
+        self.finished.add(open_.checkpoint_id)
         self._open = None
         self._changed.set()
 

@@ -86,6 +86,15 @@ def _refusal(error: ParticipantError) -> tuple[int, dict[str, Any]]:
     return error.status, error.to_wire()
 
 
+def validate(core: ParticipantCore, method: str, route: str, body: Any) -> ControlRequest | None:
+    """What ``handle`` checks before calling the core: ``ParticipantError`` if refused.
+
+    A multi-worker server checks a request once here before sending it to
+    every worker, so a bad request is refused as one process would refuse it.
+    """
+    return _validated(core, method, route, body)
+
+
 def _validated(core: ParticipantCore, method: str, route: str, body: Any) -> ControlRequest | None:
     """The request ``body`` makes for ``route`` (None for status, which has none), in
     the participant's bounds; ``ParticipantError`` (``invalid_request``) otherwise."""

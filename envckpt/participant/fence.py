@@ -42,6 +42,10 @@ class AttemptFence:
         """The rollout's retire mark, if it has one."""
         return self._marks.get(rollout_id)
 
+    def marks(self) -> dict[str, int]:
+        """Every retire mark, rollout id -> attempt (a copy: a joining worker adopts them)."""
+        return dict(self._marks)
+
     @property
     def retired_rollouts(self) -> int:
         return len(self._marks)

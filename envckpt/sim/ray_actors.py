@@ -122,6 +122,13 @@ class GymInstanceActor(InstanceActor):
         """Capture key -> ``{task, turns, transcript}`` of every session the agent holds."""
         return self._gym.agent.sessions()
 
+    async def node_id(self) -> str:
+        """The Ray node this actor runs on (where a placement strategy put it)."""
+        import ray
+
+        node: str = ray.get_runtime_context().get_node_id()
+        return node
+
     async def shutdown(self) -> None:
         """Stop every running rollout as if the process died."""
         await self._gym.shutdown()
@@ -169,6 +176,10 @@ class SimRayInstance(RayInstance):
 
     async def agent_sessions(self) -> dict[str, dict[str, Any]]:
         return _as_dict(await self._call("agent_sessions"), "agent_sessions")
+
+    async def node_id(self) -> str:
+        """The Ray node the actor runs on."""
+        return await self._typed(str, "node_id")
 
     async def shutdown(self) -> None:
         """Stop every running rollout in the actor, as if its process died."""

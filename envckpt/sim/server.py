@@ -5,7 +5,7 @@ The demo and the end-to-end tests start these and SIGKILL them::
     ENVCKPT_GYM_TOKEN=... python -m envckpt.sim.server --seed 7 --ready-file urls.json \\
         --checkpoint-root /data/ckpt [--resources-mode stateless] [--audit audit.jsonl] \\
         [--rows-url URL] [--log-json gym.jsonl] [--instance-id shard/replica-0] \\
-        [--host 127.0.0.1] [--expose-docs]
+        [--host 127.0.0.1] [--expose-docs] [--workers N [--worker-dir D]]
 
 It writes ``{server_name: base_url}`` to the ready file atomically once every
 server listens, and stops cleanly on SIGTERM or SIGINT. Secrets never come
@@ -20,6 +20,11 @@ unless ``--host`` says otherwise, serve no API docs unless ``--expose-docs``,
 and apply the request-read and keep-alive timeouts of ``ServerLimits`` and a
 body limit on every route (docs/protocol.md, "Security").
 
+``--workers N`` (N >= 2) runs the policy model, the tool server and the agent
+each under uvicorn's multi-worker mode with N workers (``multiworker``): each
+participant still answers as one (docs/protocol.md, "Servers with several
+workers").
+
 ``--log-json`` (or ``ENVCKPT_GYM_LOG``) appends every log event of the
 process as one JSON object per line, the participants' ``transition`` events
 among them, so ``envckpt statecharts --overlay`` can draw them; logging is
@@ -31,14 +36,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-
-import structlog
 
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.http.bodies import DATA_MAX_BODY_BYTES
@@ -50,6 +52,7 @@ from envckpt.process_tie import tie_to_parent
 from envckpt.sim.data_clients import HttpStagingSink
 from envckpt.sim.gym import GymConfig
 from envckpt.sim.gym_servers import GymServers, Serving, judge_app
+from envckpt.sim.json_log import configure_json_log
 
 __all__ = ["GymServers", "Serving", "judge_app", "main", "write_ready_file"]
 
@@ -126,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--instance-id", default=None, help="the Gym instance id its events name (shard/replica-0)"
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="uvicorn workers per participant server (%(default)s)",
+    )
+    parser.add_argument(
+        "--worker-dir",
+        type=Path,
+        default=None,
+        help="with --workers: where the workers' slots and sockets go (short path; default /tmp)",
+    )
+    parser.add_argument(
         "--log-json",
         type=Path,
         default=None,
@@ -133,48 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"append every log event as a JSON line here (or ${LOG_ENV})",
     )
     return parser
-
-
-def configure_json_log(path: Path) -> None:
-    """Send this process's structlog events and stdlib records to ``path`` as JSON lines.
-
-    For a process's ``main`` only. stdlib records (uvicorn's) go through the
-    same renderer, so every line of the file is one JSON object; the file is
-    appended to and flushed per event, so a process killed mid-run loses no
-    line it logged.
-    """
-    stamps: list[structlog.typing.Processor] = [
-        structlog.stdlib.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamps],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    # The transitions library narrates each fire at INFO (envckpt's own
-    # ``transition`` event records it once, with its fields) and httpx each
-    # request between the agent and its model and tool: warnings only.
-    for chatty in ("transitions", "httpx"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            *stamps,
-            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-        ],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
 
 
 def write_ready_file(path: Path, urls: Mapping[str, str]) -> None:
@@ -204,6 +177,34 @@ async def serve_until_signalled(
         audit_path=None if args.audit is None else str(args.audit),
     )
     try:
+        if args.workers > 1:
+            from envckpt.sim.multiworker import WorkerServers
+
+            hosted = WorkerServers(
+                config,
+                serving,
+                workers=args.workers,
+                rows_url=args.rows_url,
+                rows_token=rows_token,
+                log_json=args.log_json,
+                worker_dir=args.worker_dir,
+            )
+            # A signal during the (long) start of N workers per server stops it too.
+            starting = asyncio.ensure_future(hosted.__aenter__())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()  # its cleanup stops whatever started
+                await asyncio.gather(starting, return_exceptions=True)
+                return
+            stopping.cancel()
+            try:
+                starting.result()
+                write_ready_file(args.ready_file, hosted.urls)
+                await stop.wait()
+            finally:
+                await hosted.__aexit__(None, None, None)
+            return
         async with GymServers.from_config(config, serving=serving, staging_sink=sink) as servers:
             write_ready_file(args.ready_file, servers.urls)
             await stop.wait()
@@ -248,10 +249,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"no usable token: {error}")
     if rows_token is not None and rows_token == token:
         parser.error(f"${ROWS_TOKEN_ENV} must differ from the control token")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     serving = _serving(parser, args)
     log_path = args.log_json or (Path(os.environ[LOG_ENV]) if os.environ.get(LOG_ENV) else None)
     if log_path is not None:
         configure_json_log(log_path)
+    args.log_json = log_path  # workers of --workers N log there too
     asyncio.run(serve_until_signalled(args, token, rows_token, serving))
     return 0
 

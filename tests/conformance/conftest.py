@@ -9,6 +9,9 @@ those participants instead::
     pytest tests/conformance --base-url model=http://127.0.0.1:8001 \\
         --base-url agent=http://127.0.0.1:8002 --token "$TOKEN"
 
+``--sim-workers N`` runs envckpt's own servers with N uvicorn workers each
+(``test_workers.py`` does that with 4, protocol profile).
+
 Checkpoint directories are made under pytest's temporary directory, so the
 participants must see this machine's filesystem at the same paths.
 """
@@ -48,7 +51,8 @@ def participants(
     routes = pytestconfig.getoption("--data-routes")
     with httpx.Client(timeout=60.0) as http:
         if not base_urls:
-            with own_participants(conformance_dir, http) as own:
+            workers = pytestconfig.getoption("--sim-workers")
+            with own_participants(conformance_dir, http, workers=workers) as own:
                 for participant in own.values():
                     participant.profile = profile or "envckpt"
                     if participant.slow is not None:

@@ -221,7 +221,7 @@ class Participant:
 
 
 def start_sim(
-    tmp: Path, name: str, token: str, latency: float, resources_mode: str
+    tmp: Path, name: str, token: str, latency: float, resources_mode: str, workers: int = 1
 ) -> subprocess.Popen[bytes]:
     ready = tmp / f"{name}.ready.json"
     log = (tmp / f"{name}.log").open("wb")
@@ -232,20 +232,23 @@ def start_sim(
         "--ready-file", str(ready), "--resources-mode", resources_mode,
         "--model-latency", str(latency), "--tool-latency", str(latency),
         "--model-calls", "wait",
+        "--workers", str(workers),
     ]  # fmt: skip
     # Rows write their checkpoint directories under ``tmp``: the servers are confined to it.
     env = {**os.environ, TOKEN_ENV: token, ROOT_ENV: str(tmp)}
     return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_ready(tmp: Path, name: str, process: subprocess.Popen[bytes]) -> dict[str, str]:
+def wait_ready(
+    tmp: Path, name: str, process: subprocess.Popen[bytes], *, seconds: float = READY_SECONDS
+) -> dict[str, str]:
     ready = tmp / f"{name}.ready.json"
-    deadline = time.monotonic() + READY_SECONDS
+    deadline = time.monotonic() + seconds
     while not ready.exists():
         if process.poll() is not None:
             raise RuntimeError(f"{name} server exited: {(tmp / f'{name}.log').read_text()[-2000:]}")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} server not ready in {READY_SECONDS:g} s")
+            raise RuntimeError(f"{name} server not ready in {seconds:g} s")
         time.sleep(0.05)
     urls: dict[str, str] = json.loads(ready.read_text())
     return urls
@@ -262,18 +265,24 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def own_participants(tmp: Path, http: httpx.Client) -> Iterator[dict[str, Participant]]:
-    """envckpt's own servers as processes: model, agent, resources, resources@restart_only."""
+def own_participants(
+    tmp: Path, http: httpx.Client, *, workers: int = 1
+) -> Iterator[dict[str, Participant]]:
+    """envckpt's own servers as processes: model, agent, resources, resources@restart_only.
+
+    With ``workers`` > 1 each server runs that many uvicorn workers.
+    """
     token = f"conformance-{uuid.uuid4().hex}"
     processes = {
-        name: start_sim(tmp, name, token, latency, mode)
+        name: start_sim(tmp, name, token, latency, mode, workers)
         for name, (latency, mode) in OWN_DEPLOYMENTS.items()
     }
     drivers: list[SimDriver] = []
     try:
         deployments: dict[str, dict[Kind, Participant]] = {}
         for name, process in processes.items():
-            urls = wait_ready(tmp, name, process)
+            # Each of N workers imports the whole server: startup grows with N.
+            urls = wait_ready(tmp, name, process, seconds=READY_SECONDS * 2 * workers)
             clients = {
                 kind: ControlClient(urls[server], token, http)
                 for kind, server in SIM_SERVERS.items()

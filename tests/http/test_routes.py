@@ -1018,3 +1018,30 @@ async def test_the_route_lets_the_parsed_body_go_before_the_commit_runs(
         reply = await d.transport.request("agent", "POST", "commit", commit, timeout=10.0)
         assert reply.status == 200, reply.describe()
     assert alive_during_export == [False]
+
+
+async def test_a_dispatch_replaces_the_core_edge_after_authentication(tmp_path: Path) -> None:
+    """With ``dispatch``, an authenticated request goes there (parsed), a bad token never does."""
+    import httpx
+
+    seen: list[tuple[str, str, Any]] = []
+
+    async def dispatch(method: str, route: str, parsed: Any) -> tuple[int, dict[str, Any]]:
+        seen.append((method, route, parsed))
+        return 200, {"answered": "by the dispatch"}
+
+    app = FastAPI()
+    mount_participant(
+        app, make_core("agent", "agent"), token=TOKEN, checkpoint_root=tmp_path, dispatch=dispatch
+    )
+    async with serve(app) as url, httpx.AsyncClient(trust_env=False) as client:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        reply = await client.post(
+            f"{url}/ng-control/v1/checkpoint/renew", json={"x": 1}, headers=headers
+        )
+        refused = await client.get(
+            f"{url}/ng-control/v1/checkpoint/status", headers={"Authorization": "Bearer nope"}
+        )
+    assert reply.json() == {"answered": "by the dispatch"}
+    assert refused.status_code == 401
+    assert seen == [("POST", "renew", {"x": 1})]

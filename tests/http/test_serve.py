@@ -151,3 +151,37 @@ async def test_servers_use_the_guarded_protocol_and_bind_loopback() -> None:
         reply = await asyncio.wait_for(reader.read(), timeout=10)
         writer.close()
     assert reply.startswith(b"HTTP/1.1 408")
+
+
+async def test_serve_unix_serves_on_a_socket_without_the_lifespan_and_removes_it() -> None:
+    """A worker's private socket: the app answers there, its lifespan never runs, and the
+    socket file is gone once the server stops."""
+    import tempfile
+    from pathlib import Path
+
+    from envckpt.http.serve import serve_unix
+
+    started: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        started.append("lifespan")
+        yield
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.get("/name")
+    async def which() -> dict[str, str]:
+        return {"name": "private"}
+
+    directory = Path(tempfile.mkdtemp(dir="/tmp"))
+    path = str(directory / "w.sock")
+    try:
+        async with serve_unix(app, path) as served:
+            transport = httpx.AsyncHTTPTransport(uds=served)
+            async with httpx.AsyncClient(transport=transport) as client:
+                reply = await client.get("http://worker/name")
+            assert reply.json() == {"name": "private"}
+        assert not Path(path).exists() and started == []
+    finally:
+        directory.rmdir()

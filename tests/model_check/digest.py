@@ -82,7 +82,7 @@ def _core(core: ParticipantCore, now: float) -> tuple[Any, ...]:
         core.server_name,
         core.phase,
         opened,
-        tuple(core._finished),
+        tuple(core.finished),
         tuple(sorted(fence._marks.items())),
         tuple(sorted(fence._latest.items())),
         tuple(sorted(fence._unstarted)),

@@ -12,7 +12,7 @@ import pytest
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant import store
-from envckpt.participant.commit_write import CommitWrite, export_and_write
+from envckpt.participant.commit_write import CommitWrite, export_and_write, hand_over
 from envckpt.participant.json_state import NonFinite, UnencodableState
 from envckpt.protocol import Kind
 
@@ -207,3 +207,59 @@ async def test_the_lines_are_encoded_off_the_event_loop(
     hooks.put(ep("r2"))
     await _write(hooks, tmp_path)
     assert threads == [True, True]
+
+
+async def test_hand_over_writes_nothing_and_returns_the_encoded_records(tmp_path: Path) -> None:
+    """A worker's share: [capture key, line] per exported episode, and no file at all."""
+    hooks = JsonStateHooks("agent")
+    hooks.states[ep("r2")] = {"n": 2}
+    hooks.states[ep("r1", 1)] = {"n": 1}
+    write = CommitWrite("c1", (str(tmp_path), None, False))
+    write.start(
+        export_and_write(
+            write,
+            hooks=hooks,
+            kind=Kind.AGENT,
+            instance="agent",
+            checkpoint_dir=tmp_path,
+            scope=None,
+            current=frozenset,
+            before_publish=[],
+            publish=hand_over,
+        )
+    )
+    reply = await write.task
+    assert "manifest" not in reply and reply["episode_ids"] == ["r1-a1", "r2"]
+    assert [key for key, _ in reply["records"]] == ["r1-a1", "r2"]
+    assert [json.loads(line)["episode_id"] for _, line in reply["records"]] == [
+        {"rollout_id": "r1", "attempt": 1},
+        {"rollout_id": "r2", "attempt": 0},
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+async def test_an_aborted_hand_over_is_stale() -> None:
+    """A share whose commit was resumed meanwhile is refused like an unpublished write."""
+    hooks = JsonStateHooks("agent")
+    hooks.states[ep("r1")] = {"n": 1}
+    write = CommitWrite("c1", ("/nowhere", None, False))
+
+    def abort() -> None:
+        write.aborted = True
+
+    write.start(
+        export_and_write(
+            write,
+            hooks=hooks,
+            kind=Kind.AGENT,
+            instance="agent",
+            checkpoint_dir=Path("/nowhere"),
+            scope=None,
+            current=frozenset,
+            before_publish=[abort],
+            publish=hand_over,
+        )
+    )
+    with pytest.raises(ParticipantError) as refused:
+        await write.task
+    assert refused.value.code == "stale_checkpoint"

@@ -710,7 +710,7 @@ class CoreMachine(RuleBasedStateMachine):
     def marks_and_fences_match_the_model(self) -> None:
         for rollout in ("r1", "r2", "r3"):
             assert self.core.fence.mark(rollout) == self.model.marks.get(rollout)
-        assert list(self.core._finished) == list(self.model.finished)
+        assert list(self.core.finished) == list(self.model.finished)
 
     @invariant()
     def no_retired_attempt_is_in_flight(self) -> None:

@@ -348,3 +348,16 @@ async def test_the_body_is_let_go_once_validated(
     assert status == 200, reply
     assert reply["episode_ids"] == ["r1"]
     assert alive_during_export == [False]
+
+
+def test_validate_refuses_what_handle_refuses_and_touches_nothing(core: ParticipantCore) -> None:
+    """``validate`` checks a request as ``handle`` would, without calling the core."""
+    assert edge.validate(core, "GET", "status", None) is None
+    request = edge.validate(core, "POST", "prepare", dict(BASE))
+    assert request is not None and request.checkpoint_id == "c1"
+    with pytest.raises(edge.ParticipantError) as refused:
+        edge.validate(core, "POST", "prepare", {**BASE, "extra": 1})
+    assert refused.value.code == "invalid_request"
+    with pytest.raises(edge.ParticipantError):
+        edge.validate(core, "POST", "prepare", {**BASE, "deadline_ts": START + 10**7})
+    assert core.phase == "idle" and core.checkpoint_id is None

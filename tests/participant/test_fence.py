@@ -52,6 +52,16 @@ def test_retire_refuses_the_attempt_and_every_earlier_one_but_not_later_ones() -
     assert fence.mark("r") == 1 and fence.retired_rollouts == 1
 
 
+def test_marks_are_a_copy_of_every_retire_mark() -> None:
+    """``marks`` lists each rollout's mark, and changing it changes nothing in the fence."""
+    fence = AttemptFence()
+    fence.retire([EnvironmentEpisode("a", 2), EnvironmentEpisode("b", 0)])
+    marks = fence.marks()
+    assert marks == {"a": 2, "b": 0}
+    marks["a"] = -1
+    assert fence.mark("a") == 2
+
+
 def test_a_lower_retire_never_lowers_the_mark() -> None:
     """Retiring attempt 0 after attempt 2 keeps the mark at 2."""
     fence = AttemptFence()

@@ -1,0 +1,191 @@
+"""Calls between the workers of one server, over their private Unix sockets.
+
+Each worker serves, on its own socket (``slots.Registration.socket``), the
+internal routes below and its own app for forwarded data requests (marked
+internal, so they are served here and never forwarded again). Nothing here
+is reachable over TCP; the socket's directory is owner-only and every
+internal control call still carries the bearer token::
+
+    GET  /envckpt-worker/v1/control/status        -> {"status", "body", "worker"}
+    POST /envckpt-worker/v1/control/<route>        this worker's own answer
+    GET  /envckpt-worker/v1/join                   finished ids, retire marks, open id
+
+``Siblings`` is the client side: one connection pool per sibling socket, and
+each call's failure told apart (refused or dropped: the worker is gone;
+no reply in time: it is silent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from envckpt.http.apps import new_app
+from envckpt.http.bodies import CONTROL_MAX_BODY_BYTES, BodyRefused, parse_json, read_body
+from envckpt.http.workers.merge import LOST, SILENT, Share
+from envckpt.http.workers.slots import Registration
+from envckpt.participant import edge
+
+INTERNAL_PREFIX = "/envckpt-worker/v1"
+# Set on every request that arrived over a private socket.
+INTERNAL_SCOPE_KEY = "envckpt.worker_internal"
+FAILED = "failed"
+
+# Where the answering worker received the request (Unix seconds), for the deadline check.
+RECEIVED_AT_HEADER = "x-envckpt-received-at"
+
+# (method, route, parsed body, received at) -> this worker's (status, reply)
+LocalCall = Callable[[str, str, Any, float | None], Awaitable[tuple[int, dict[str, Any]]]]
+
+
+def internal_app(
+    app: ASGIApp,
+    *,
+    token: str,
+    local: LocalCall,
+    worker: Callable[[], dict[str, Any]],
+    join_state: Callable[[], dict[str, Any]],
+) -> ASGIApp:
+    """What a worker serves on its private socket: the internal routes, else ``app``."""
+    routes = _internal_routes(token, local, worker, join_state)
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(INTERNAL_PREFIX + "/"):
+            await routes(scope, receive, send)
+            return
+        if scope["type"] == "http":
+            scope = {**scope, INTERNAL_SCOPE_KEY: True}
+        await app(scope, receive, send)
+
+    return serve
+
+
+def _internal_routes(
+    token: str,
+    local: LocalCall,
+    worker: Callable[[], dict[str, Any]],
+    join_state: Callable[[], dict[str, Any]],
+) -> FastAPI:
+    routes = new_app()
+
+    async def control(route: str, request: Request) -> Response:
+        if not edge.authorized(request.headers.get("authorization"), token):
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        body: Any = None
+        if request.method == "POST":
+            try:
+                raw = await read_body(request, max_bytes=CONTROL_MAX_BODY_BYTES, within=30.0)
+                body = parse_json(raw)
+            except BodyRefused as refusal:
+                return refusal.response()
+        try:
+            received_at: float | None = float(request.headers[RECEIVED_AT_HEADER])
+        except (KeyError, ValueError):
+            received_at = None
+        status, reply = await local(request.method, route, body, received_at)
+        return Response(
+            orjson.dumps({"status": status, "body": reply, "worker": worker()}),
+            media_type="application/json",
+        )
+
+    async def join(request: Request) -> Response:
+        if not edge.authorized(request.headers.get("authorization"), token):
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return Response(orjson.dumps(join_state()), media_type="application/json")
+
+    routes.add_api_route(f"{INTERNAL_PREFIX}/control/{{route}}", control, methods=["GET", "POST"])
+    routes.add_api_route(f"{INTERNAL_PREFIX}/join", join, methods=["GET"])
+    return routes
+
+
+class Siblings:
+    """Connection pools to the other workers' private sockets, and the calls over them."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self._clients: dict[str, httpx.AsyncClient] = {}
+
+    def __repr__(self) -> str:  # the token stays out of reprs and logs
+        return f"Siblings({sorted(self._clients)})"
+
+    def client(self, socket: str) -> httpx.AsyncClient:
+        """The pool of one sibling socket (made on first use, kept until ``aclose``)."""
+        client = self._clients.get(socket)
+        if client is None:
+            client = self._clients[socket] = httpx.AsyncClient(
+                transport=httpx.AsyncHTTPTransport(uds=socket),
+                base_url="http://worker",
+                # Forwarded /run calls hold a connection for a whole rollout.
+                limits=httpx.Limits(max_connections=1024, keepalive_expiry=4.0),
+                timeout=None,
+            )
+        return client
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
+
+    async def control(
+        self,
+        sibling: Registration,
+        method: str,
+        route: str,
+        body: Any,
+        *,
+        timeout: float,
+        received_at: float | None = None,
+    ) -> Share:
+        """Worker ``sibling``'s own answer to one control request, or why there is none."""
+        headers = {"authorization": f"Bearer {self._token}"}
+        if received_at is not None:
+            headers[RECEIVED_AT_HEADER] = repr(received_at)
+        content = None
+        if body is not None:
+            content = orjson.dumps(body)
+            headers["content-type"] = "application/json"
+        try:
+            response = await self.client(sibling.socket).request(
+                method,
+                f"{INTERNAL_PREFIX}/control/{route}",
+                content=content,
+                headers=headers,
+                timeout=max(0.0, timeout),
+            )
+        except httpx.TimeoutException:
+            return Share(sibling.slot, problem=SILENT, pid=sibling.pid)
+        except httpx.TransportError:
+            # Refused (no process behind the socket) or dropped mid-call: gone.
+            return Share(sibling.slot, problem=LOST, pid=sibling.pid)
+        return _share(sibling, response)
+
+    async def join_state(self, sibling: Registration, *, timeout: float) -> dict[str, Any] | None:
+        """What a joining worker adopts from ``sibling``, or None if it does not answer."""
+        headers = {"authorization": f"Bearer {self._token}"}
+        try:
+            response = await self.client(sibling.socket).get(
+                f"{INTERNAL_PREFIX}/join", headers=headers, timeout=timeout
+            )
+            state = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
+
+
+def _share(sibling: Registration, response: httpx.Response) -> Share:
+    try:
+        reply = response.json()
+        status, body, worker = reply["status"], reply["body"], reply["worker"]
+        if not isinstance(status, int) or not isinstance(body, Mapping):
+            raise TypeError("malformed")
+        joined = tuple(str(cid) for cid in worker.get("joined_open", ()))
+        return Share(sibling.slot, status, body, pid=int(worker["pid"]), joined_open=joined)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # Not an answer of an envckpt worker (another token, a broken reply).
+        return Share(sibling.slot, problem=FAILED, pid=sibling.pid)
