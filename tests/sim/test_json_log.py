@@ -18,9 +18,13 @@ def restored_logging(restored_structlog: None) -> Iterator[None]:
     """The root logger's handlers and levels as they were, afterwards."""
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, logging.getLogger("transitions").level)
+    servers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    saved_servers = [(log.handlers[:], log.propagate, log.disabled) for log in servers]
     try:
         yield
     finally:
+        for log, (handlers, propagate, disabled) in zip(servers, saved_servers, strict=True):
+            log.handlers[:], log.propagate, log.disabled = handlers, propagate, disabled
         for handler in root.handlers:
             if handler not in saved[0]:
                 handler.close()
@@ -43,3 +47,20 @@ def test_structlog_events_and_stdlib_records_are_json_lines_in_the_file(
     assert [line["event"] for line in lines] == ["transition", "Started server process"]
     assert lines[0]["trigger"] == "prepare" and lines[0]["level"] == "info"
     assert lines[1]["logger"] == "uvicorn.error" and "timestamp" in lines[1]
+
+
+def test_uvicorns_records_reach_the_file_after_uvicorn_configured_its_own_logging(
+    tmp_path: Path, restored_logging: None
+) -> None:
+    """A uvicorn.Config built earlier in the process (its default logging config: own
+    handlers, no propagation) does not keep uvicorn's records out of the file."""
+    import uvicorn
+
+    uvicorn.Config(app=lambda scope, receive, send: None)  # applies uvicorn's LOGGING_CONFIG
+    assert logging.getLogger("uvicorn").propagate is False
+    path = tmp_path / "server.jsonl"
+    configure_json_log(path)
+    logging.getLogger("uvicorn.error").info("Started server process")
+    logging.getLogger("uvicorn.access").info("GET /status 200")
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
+    assert events == ["Started server process", "GET /status 200"]
