@@ -8,6 +8,7 @@ three uvicorn supervisors and 3 x N workers).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -44,6 +45,18 @@ def root(tmp_path_factory: pytest.TempPathFactory, workers: int) -> Path:
 def deployment(root: Path, workers: int) -> Iterator[WorkerDeployment]:
     with WorkerDeployment.start(root, workers=workers, tool_latency=0.05) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def no_checkpoint_left_open(deployment: WorkerDeployment) -> Iterator[None]:
+    """The deployment is shared by the module: a test that fails mid-checkpoint does not
+    leave it open for the next (resume also aborts), so one failure is reported once."""
+    yield
+    for server in PARTICIPANTS:
+        with contextlib.suppress(httpx.HTTPError, AssertionError, KeyError):
+            status = deployment.control(server).status()
+            if status["phase"] != "idle" and status.get("checkpoint_id"):
+                deployment.control(server).post("resume", checkpoint_id=status["checkpoint_id"])
 
 
 def test_status_reports_workers_and_expected_workers(

@@ -37,6 +37,9 @@ INTERNAL_PREFIX = "/envckpt-worker/v1"
 INTERNAL_SCOPE_KEY = "envckpt.worker_internal"
 FAILED = "failed"
 
+# Idle keep-alive of a sibling connection: well under the server's 5 s.
+SIBLING_KEEPALIVE_SECONDS = 1.0
+
 # Where the answering worker received the request (Unix seconds), for the deadline check.
 RECEIVED_AT_HEADER = "x-envckpt-received-at"
 
@@ -122,7 +125,13 @@ class Siblings:
                 transport=httpx.AsyncHTTPTransport(uds=socket),
                 base_url="http://worker",
                 # Forwarded /run calls hold a connection for a whole rollout.
-                limits=httpx.Limits(max_connections=1024, keepalive_expiry=4.0),
+                # An idle connection is dropped long before the sibling's server
+                # closes it (5 s): reusing one the server is closing fails the
+                # call as if the worker were lost, and a Unix-socket connect costs
+                # microseconds.
+                limits=httpx.Limits(
+                    max_connections=1024, keepalive_expiry=SIBLING_KEEPALIVE_SECONDS
+                ),
                 timeout=None,
             )
         return client
