@@ -126,6 +126,16 @@ async def dead_nodes(suspects: set[str]) -> list[str]:
         await asyncio.sleep(0.25)
 
 
+def wait_until_dead(ray: Any, node: str, seconds: float = NODE_DEATH_SECONDS) -> bool:
+    """Block until the cluster marks ``node`` dead (True) or ``seconds`` pass (False)."""
+    give_up = time.monotonic() + seconds
+    while node not in nodes_by_liveness(ray)[False]:
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.25)
+    return True
+
+
 def nodes_by_liveness(ray: Any) -> dict[bool, set[str]]:
     """The ids of the cluster's nodes, alive (True) and marked dead (False): ``ray.nodes()``."""
     found: dict[bool, set[str]] = {True: set(), False: set()}
@@ -187,6 +197,12 @@ async def cluster_instances(
             node = victim_node(placement, head)
             hosted_there = sorted(i for i, n in placement.items() if n == node)
             events.emit("node_kill", node=node, instances=hosted_there, **info)
+            if node is not None:
+                # Hold the trainer (no rollout starts or is collected) until the
+                # node is down, as if it died at this moment: the demo process
+                # kills it a little later, and a short job could otherwise
+                # finish its last rollouts first and lose nothing.
+                wait_until_dead(ray, node)
 
         async def stop() -> None:
             for client in clients.values():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-from envckpt.demo.node_loss import InstancesLost, node_kill_plan, victim_node
+from envckpt.demo.node_loss import InstancesLost, node_kill_plan, victim_node, wait_until_dead
 from envckpt.demo.plan import KILL
 
 
@@ -32,3 +32,28 @@ def test_instances_lost_names_them_and_survives_pickling() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (again.instances, again.nodes) == (("demo/replica-1",), ("n1",))
     assert "demo/replica-1" in str(again)
+
+
+class _Cluster:
+    """``ray.nodes()`` of a cluster whose node ``n2`` is marked dead at the third look."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def nodes(self) -> list[dict[str, object]]:
+        self.looks += 1
+        return [
+            {"NodeID": "n1", "Alive": True},
+            {"NodeID": "n2", "Alive": self.looks < 3},
+        ]
+
+
+def test_the_trainer_is_held_until_the_killed_node_is_marked_dead() -> None:
+    cluster = _Cluster()
+    assert wait_until_dead(cluster, "n2", seconds=5.0) is True
+    assert cluster.looks == 3
+
+
+def test_the_hold_ends_when_the_node_never_dies() -> None:
+    cluster = _Cluster()
+    assert wait_until_dead(cluster, "n1", seconds=0.3) is False
