@@ -46,11 +46,13 @@ def configure_json_log(path: Path) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     # uvicorn's own logging config (applied by any earlier uvicorn.Config in
     # this process, or by a library's dictConfig) gives its loggers their own
-    # stream handlers, stops them propagating or disables them: its records
-    # would then miss the file. The file is this process's one log.
+    # stream handlers and level, stops them propagating or disables them: its
+    # records would then miss the file. The file is this process's one log.
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         server_logger = logging.getLogger(name)
         server_logger.handlers.clear()
+        server_logger.filters.clear()
+        server_logger.setLevel(logging.NOTSET)
         server_logger.propagate = True
         server_logger.disabled = False
     structlog.configure(

@@ -19,12 +19,15 @@ def restored_logging(restored_structlog: None) -> Iterator[None]:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, logging.getLogger("transitions").level)
     servers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
-    saved_servers = [(log.handlers[:], log.propagate, log.disabled) for log in servers]
+    saved_servers = [
+        (log.handlers[:], log.propagate, log.disabled, log.level) for log in servers
+    ]
     try:
         yield
     finally:
-        for log, (handlers, propagate, disabled) in zip(servers, saved_servers, strict=True):
+        for log, (handlers, propagate, disabled, level) in zip(servers, saved_servers, strict=True):
             log.handlers[:], log.propagate, log.disabled = handlers, propagate, disabled
+            log.setLevel(level)
         for handler in root.handlers:
             if handler not in saved[0]:
                 handler.close()
@@ -64,3 +67,19 @@ def test_uvicorns_records_reach_the_file_after_uvicorn_configured_its_own_loggin
     logging.getLogger("uvicorn.access").info("GET /status 200")
     events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
     assert events == ["Started server process", "GET /status 200"]
+
+
+def test_uvicorns_records_reach_the_file_after_uvicorn_raised_its_log_level(
+    tmp_path: Path, restored_logging: None
+) -> None:
+    """A uvicorn.Config with ``log_level="warning"`` earlier in the process (a quiet test
+    server) does not keep uvicorn's INFO records out of the file."""
+    import uvicorn
+
+    uvicorn.Config(app=lambda scope, receive, send: None, log_level="warning")
+    assert logging.getLogger("uvicorn.error").level == logging.WARNING
+    path = tmp_path / "server.jsonl"
+    configure_json_log(path)
+    logging.getLogger("uvicorn.error").info("Started server process")
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
+    assert events == ["Started server process"]
