@@ -20,13 +20,13 @@ import argparse
 import asyncio
 import dataclasses
 import importlib.util
-import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 import structlog
 
+from envckpt.demo.clearing import clear_demo_directory
 from envckpt.demo.plan import plan_interruptions
 from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import DemoSettings
@@ -135,7 +135,9 @@ def prepare_directory(directory: Path, *, force: bool) -> str | None:
     """Make ``directory`` an empty directory; the reason it cannot be, or None.
 
     A reused directory would mix two runs' events and results. ``force``
-    clears it, but never a directory that holds the current one or the home.
+    clears what a demo wrote there (``clearing``: anything else is left and
+    named on stderr), and never in a directory that holds the current one or
+    the home.
     """
     directory = directory.expanduser()
     if directory.exists() and not directory.is_dir():
@@ -147,11 +149,12 @@ def prepare_directory(directory: Path, *, force: bool) -> str | None:
         protected = {Path("/"), Path.home().resolve(), *Path.cwd().resolve().parents}
         if resolved in protected or resolved == Path.cwd().resolve():
             return f"refusing to clear {resolved}: it holds the current directory or your home"
-        for child in directory.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
+        try:
+            cleared = clear_demo_directory(resolved)
+        except OSError as error:
+            return f"{UNUSABLE} {directory}: {error.strerror or error}"
+        for name, why in cleared.left:
+            print(f"envckpt demo: --force left {resolved / name}: {why}", file=sys.stderr)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -38,6 +38,8 @@ FINISHED_NAME = "FINISHED.json"
 KIND = "envckpt.finished"
 SCHEMA_VERSION = 1
 _FIELDS = frozenset({"finished_at", "rollouts", "results_sha256"})
+# A real record is about 300 bytes; a start reads no more than this of one.
+MAX_FINISHED_BYTES = 64 << 10
 
 
 class FinishedRecordDamaged(StartRefused):
@@ -86,15 +88,18 @@ def record_finished(root: str | os.PathLike[str], *, results: bytes, rollouts: i
 def read_finished(root: str | os.PathLike[str]) -> FinishedJob | None:
     """The root's finished record, None when it has none; reads only, creates nothing."""
     path = finished_path(root)
+    if not Path(root).is_dir():
+        return None  # absent, or a file: the start's own checks say what is wrong
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None  # the root is a file: the start's own checks say what is wrong
-    except OSError as error:
+        # O_NOFOLLOW and a cap: a link or a huge file in its place is damage, not a record.
+        data = checksummed.read_capped(path, max_bytes=MAX_FINISHED_BYTES, what=FINISHED_NAME)
+    except CorruptCheckpoint as error:
+        if not os.path.lexists(path):
+            return None
         raise FinishedRecordDamaged(
-            f"cannot read {path}: {error.strerror or error}", root=str(root)
+            f"cannot read {path}: {error}; the job cannot tell whether it finished: "
+            f"move it aside to run the job again",
+            root=str(root),
         ) from error
     try:
         body = checksummed.decode(

@@ -9,6 +9,7 @@
     <root>/.trash/envckpt-<checkpoint_id>/  leaving: pruned, deleted after the rename
     <root>/refused/<checkpoint_id>/         a restore refused its content (kept to inspect)
     <root>/.lock                            the running trainer's lock (``root_guard``)
+    <root>/FINISHED.json  telemetry.jsonl   the job's finished record, every record
 
 Publishing is an atomic rename of the finished temporary directory; a crash
 before it leaves only ``.tmp`` debris. Pruning is the same in reverse: a
@@ -47,6 +48,8 @@ from envckpt import logs
 from envckpt.crashpoints import crashpoint
 from envckpt.fsutil import atomic_write_bytes, entry_mode, open_directory, remove_tree
 from envckpt.ids import validate_checkpoint_id
+from envckpt.telemetry.log import TELEMETRY_NAME
+from envckpt.trainer.finished import FINISHED_NAME
 from envckpt.trainer.job_errors import SnapshotNotOwned, SnapshotRootUnsafe
 from envckpt.trainer.root_entries import (
     OWNED_PREFIX,
@@ -68,6 +71,9 @@ REFUSED_DIR = "refused"
 LOCK_NAME = ".lock"
 # The directories of a root that must never be symbolic links.
 ROOT_DIRS = (SNAPSHOTS_DIR, TEMPORARY_DIR, TRASH_DIR, REFUSED_DIR)
+# The files envckpt keeps at a root: a link in their place would have a start
+# truncate, append to or trust a file outside the root.
+ROOT_FILES = (LOCK_NAME, FINISHED_NAME, TELEMETRY_NAME)
 # What the trainer itself saves into every snapshot.
 DATA_PLANE_NAME = "dataplane.sqlite"
 LEDGER_NAME = "ledger.json"
@@ -99,8 +105,8 @@ class SnapshotLayout:
     # ---- the root's directories ----------------------------------------------
 
     def check_safe(self) -> None:
-        """``SnapshotRootUnsafe`` if a directory of the root (or its lock) is a symbolic link."""
-        for name in (*ROOT_DIRS, LOCK_NAME):
+        """``SnapshotRootUnsafe`` if a directory or file of the root is a symbolic link."""
+        for name in (*ROOT_DIRS, *ROOT_FILES):
             if (self.root / name).is_symlink():
                 raise self.unsafe(name)
 
@@ -108,7 +114,8 @@ class SnapshotLayout:
         path = self.root / name
         return SnapshotRootUnsafe(
             f"{path} is a symbolic link; envckpt never follows one inside a snapshot root "
-            "(it would write or delete outside it): replace it with a real directory",
+            "(it would write or delete outside it): replace it with a real "
+            + ("file" if name in ROOT_FILES else "directory"),
             root=str(self.root),
             path=str(path),
         )

@@ -72,8 +72,11 @@ def test_a_non_empty_dir_is_refused_and_force_clears_it(
         return verdict, "tables"
 
     monkeypatch.setattr(envckpt.demo.inprocess, "run_demo", fake)
-    code, output, _ = run_main(["--in-process", *SMALL, "--dir", str(tmp_path), "--force"])
-    assert code == 0 and seen == [[]]
+    (tmp_path / "snapshots").mkdir()
+    code, output, errors = run_main(["--in-process", *SMALL, "--dir", str(tmp_path), "--force"])
+    # The previous run's entries go; "old" is not a demo's: left, and named.
+    assert code == 0 and seen == [["old"]]
+    assert f"--force left {tmp_path.resolve() / 'old'}" in errors
 
 
 def test_force_never_clears_the_current_directory(

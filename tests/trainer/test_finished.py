@@ -11,6 +11,7 @@ import pytest
 
 from envckpt.trainer.finished import (
     FINISHED_NAME,
+    MAX_FINISHED_BYTES,
     FinishedRecordDamaged,
     read_finished,
     record_finished,
@@ -70,3 +71,23 @@ def test_an_unreadable_record_refuses_the_start(tmp_path: Path) -> None:
             read_finished(tmp_path)
     finally:
         (tmp_path / FINISHED_NAME).chmod(0o600)
+
+
+def test_a_linked_record_is_damage_not_a_record(tmp_path: Path) -> None:
+    """A FINISHED.json linked to another root's record is not followed (O_NOFOLLOW):
+    a requeue is refused, never silently turned into a no-op by someone else's file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    record_finished(elsewhere, results=b"{}", rollouts=2)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / FINISHED_NAME).symlink_to(elsewhere / FINISHED_NAME)
+    with pytest.raises(FinishedRecordDamaged, match="symbolic link"):
+        read_finished(root)
+
+
+def test_a_record_over_its_cap_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """A record is a few hundred bytes; one over 64 KiB is damage (typed, naming the cap)."""
+    (tmp_path / FINISHED_NAME).write_bytes(b" " * (MAX_FINISHED_BYTES + 1))
+    with pytest.raises(FinishedRecordDamaged, match=f"cap of {MAX_FINISHED_BYTES} bytes"):
+        read_finished(tmp_path)

@@ -149,6 +149,21 @@ def test_the_probe_refuses_a_root_whose_directory_is_a_link(tmp_path: Path, link
     assert [p.name for p in elsewhere.iterdir()] == ["theirs"]
 
 
+@pytest.mark.parametrize("linked", [".lock", "FINISHED.json", "telemetry.jsonl"])
+def test_the_probe_refuses_a_root_whose_own_file_is_a_link(tmp_path: Path, linked: str) -> None:
+    """The root's files are envckpt's too: a link in their place (to a file of the
+    operator's) is SnapshotRootUnsafe naming it, and the file it points to is untouched."""
+    layout = SnapshotLayout(tmp_path / "root")
+    layout.root.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (layout.root / linked).symlink_to(victim)
+    with pytest.raises(SnapshotRootUnsafe) as caught:
+        probe_root(layout)
+    assert caught.value.path == str(layout.root / linked) and "real file" in str(caught.value)
+    assert victim.read_text() == "precious"
+
+
 def test_claim_root_refuses_a_symlinked_tmp_before_anything_is_cleaned(tmp_path: Path) -> None:
     """The red-team case: .tmp linked to a directory of the operator's; the trainer's first
     step refuses, the lock is given back, and nothing there is deleted."""
