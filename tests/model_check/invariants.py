@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -139,7 +140,12 @@ def _illegal_calls_change_nothing(world: World) -> list[str]:
     problems = []
     for call, what in _illegal_calls(world, gen):
         try:
-            outcome = world.loop.run_until_complete(call())
+            # A refused call raises at once; one that was wrongly sent waits at
+            # a gate the explorer never opens: a second is plenty to tell.
+            outcome = world.loop.run_until_complete(asyncio.wait_for(call(), timeout=1.0))
+        except TimeoutError:
+            problems.append(f"oracle: {what} was sent and waits for a reply")
+            continue
         except IllegalTransition:
             continue
         except ParticipantError as refusal:
@@ -149,7 +155,7 @@ def _illegal_calls_change_nothing(world: World) -> list[str]:
             continue
         if isinstance(outcome, tuple) and outcome[0] != 200:
             continue
-        problems.append(f"{what} was accepted: {outcome!r}")
+        problems.append(f"oracle: {what} was accepted: {outcome!r}")
     if gen.requests() != requests:
         problems.append("an illegal call sent a request")
     after = describe(world)

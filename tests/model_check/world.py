@@ -94,8 +94,10 @@ class Generation:
             if index == config.restart_only_instance:
                 name, kind, _ = kinds[-1]
                 kinds[-1] = (name, kind, "restart_only")
+            missing: tuple[str, ...] = ()
             if partial and index == 0:
                 # A partial participant set: the last server of i0 is not deployed.
+                missing = (kinds[-1][0],)
                 kinds = kinds[:-1]
             hooks = {name: DictHooks(kind) for name, kind, _ in kinds}
             cores = {
@@ -115,6 +117,7 @@ class Generation:
                 clock=clock,
                 lease_grace=config.lease_grace,
                 problems=world.oracle_problems,
+                missing=missing,
             )
             self.observers[label] = observer
             inner = InProcessTransport(dict(cores), token=TOKEN, deliver=observer.deliver)
