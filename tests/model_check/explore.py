@@ -9,8 +9,9 @@ short as any that reaches it.
 
     result = explore(BOUNDED)
     print(result.report())
-    # model check bounded: 2551 states, 7375 transitions, depth 55, 57.3 s
-    # states explored: 2551, violations: 0
+    # model check bounded: 4062 states, 12002 transitions, depth 56, 133.6 s
+    # states explored: 4062, violations: 0
+    # oracle violations: 0
 """
 
 from __future__ import annotations
