@@ -46,7 +46,8 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 # Verification beyond sampling (docs/testing.md): the bounded model check and
-# the suite's transition coverage; the last two lines are their summaries.
+# the suite's transition coverage; the last three lines are their summaries
+# (states explored and oracle violations, then the rows covered).
 # The plugin is loaded up front and its path given with "=": pytest 9.2 reads
 # a bare path after an option it does not know yet as a test path.
 BUILD := build
@@ -59,7 +60,7 @@ verify: $(STAMP)
 	PYTHONPATH=tests $(BIN)/python -m transition_coverage $(BUILD)/transition-coverage.jsonl \
 		> $(BUILD)/transition-coverage.txt; \
 	covered=$$?; cat $(BUILD)/transition-coverage.txt; \
-	tail -1 $(BUILD)/model-check.txt; tail -1 $(BUILD)/transition-coverage.txt; \
+	tail -2 $(BUILD)/model-check.txt; tail -1 $(BUILD)/transition-coverage.txt; \
 	[ $$checked = 0 ] && [ $$covered = 0 ]
 
 # Mutation testing (minutes to hours on 2 cores): mutmut in a scratch copy.

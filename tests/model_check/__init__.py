@@ -12,5 +12,8 @@ search over replayed action paths:
 ``world`` builds one run (generations of processes, the trainer's program,
 the rollouts), ``gates`` holds every control request until the explorer
 delivers it (or injects a fault into it), ``digest`` hashes the state, and
-``invariants`` checks it.
+``invariants`` checks it. ``oracle`` is a reference model of the protocol
+written from docs/protocol.md (no machine tables) and ``observe`` holds the
+engine against it at every delivered call; ``plant`` puts issue 23's bugs
+into copies for ``test_oracle``.
 """

@@ -3,7 +3,8 @@
 Run with ``tests`` on the path (``PYTHONPATH=tests``).
 
 Prints progress to stderr, every violation with its shortest trace, then
-the figures and, as the last line, ``states explored: N, violations: V``.
+the figures, ``states explored: N, violations: V`` and, as the last line,
+``oracle violations: O`` (divergences from the reference model, ``oracle``).
 Exits 1 if any invariant was violated.
 """
 

@@ -55,6 +55,8 @@ class Config:
     # Time may pass at any state, not only when nothing else can happen.
     time_anywhere: bool = False
     snapshot_after_restore: bool = False
+    # A crash may also restart with a partial participant set (i0 lacks a server).
+    partial_restore: bool = False
     # Routes delivered without a gate (bounded: the startup discovery, which
     # reads and changes nothing on the participants).
     ungated_routes: frozenset[str] = frozenset()
@@ -73,13 +75,16 @@ class Config:
 BOUNDED = Config(
     name="bounded",
     max_turn=1,
+    faults=(*FAULTS, "delayed"),
+    partial_restore=True,
     faults_after_crash=True,
     ungated_routes=frozenset({"status"}),
     fault_instances=("i0",),
 )
 FULL = Config(
     name="full",
-    faults=(*FAULTS, "error"),
+    faults=(*FAULTS, "error", "delayed"),
+    partial_restore=True,
     faults_after_crash=True,
     restart_only_instance=1,
     snapshot_after_restore=True,

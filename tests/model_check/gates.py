@@ -8,6 +8,8 @@ only when the explorer resolves it with one of
 * a fault of ``envckpt.coordination.faults`` (``unreachable``, ``drop_reply``,
   ``error``, ``crash_before_publish`` on a commit: the write fails between
   records and manifest), armed for exactly this request;
+* ``delayed``: the caller's connection drops at once and the request becomes
+  a *late* item, which may arrive inside its deadline;
 * ``slow``: the caller waits out its timeout (a timer the explorer ticks to)
   and fails; the request itself becomes a *late* item the explorer may
   deliver at any later point, past its deadline.
@@ -33,6 +35,9 @@ from model_check.clock import ExplorerClock
 
 DELIVER = "deliver"
 SLOW = "slow"
+# The caller's connection drops at once; the request still arrives later,
+# possibly inside its deadline (a late prepare after its checkpoint ended).
+DELAYED = "delayed"
 LATE = "late"
 # Faults the in-process transport injects itself, armed for one request.
 ARMED_FAULTS = ("unreachable", "drop_reply", "error", "crash_before_publish")
@@ -131,6 +136,11 @@ class GatedTransport:
             late.late = True
             self._late_tasks.append(asyncio.ensure_future(self._late(late, server, method, body)))
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
+        if decision == DELAYED:
+            late = self._gates.add(item.label, route=route, deadline=deadline)
+            late.late = True
+            self._late_tasks.append(asyncio.ensure_future(self._late(late, server, method, body)))
+            raise TransportFailure(f"{server} {route}: connection reset before the reply")
         armed = None
         if decision in ARMED_FAULTS:
             armed = self.inner.faults.add(decision, server=server, route=route, times=1)

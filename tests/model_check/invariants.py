@@ -21,25 +21,27 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import IllegalTransition, ParticipantError
 from envckpt.facade.manifest import MANIFEST_NAME
-from envckpt.machines.tables import INSTANCE_LIFECYCLE
 from envckpt.participant import edge
 from envckpt.protocol import Phase
 
 from model_check.digest import describe
+from model_check.oracle import OPERATIONS, operation_legal
 from model_check.world import TOKEN, Generation, World
 
-ADAPTER_TRIGGERS = ("prepare", "commit", "renew", "resume", "retire", "forget", "restore")
+ADAPTER_TRIGGERS = OPERATIONS
 ILLEGAL_ID = "illegal-call"
 
 
 def check(world: World) -> list[str]:
-    problems = list(world.violations)
+    problems = list(world.violations) + list(world.oracle_problems)
+    problems += _phases_as_the_oracle_says(world.gen)
     problems += _continued_once(world)
     problems += _snapshot_files(world)
     problems += _held_as_the_trainer_says(world)
@@ -47,6 +49,15 @@ def check(world: World) -> list[str]:
         problems += _all_idle(world.gen)
     if not problems:
         problems += _illegal_calls_change_nothing(world)
+    return problems
+
+
+def _phases_as_the_oracle_says(gen: Generation) -> list[str]:
+    problems = []
+    for iid, cores in gen.cores.items():
+        observer = gen.observers[gen.labels[iid]]
+        observer.tick()
+        problems += observer.compare_phases(cores)
     return problems
 
 
@@ -129,7 +140,12 @@ def _illegal_calls_change_nothing(world: World) -> list[str]:
     problems = []
     for call, what in _illegal_calls(world, gen):
         try:
-            outcome = world.loop.run_until_complete(call())
+            # A refused call raises at once; one that was wrongly sent waits at
+            # a gate the explorer never opens: a second is plenty to tell.
+            outcome = world.loop.run_until_complete(asyncio.wait_for(call(), timeout=1.0))
+        except TimeoutError:
+            problems.append(f"oracle: {what} was sent and waits for a reply")
+            continue
         except IllegalTransition:
             continue
         except ParticipantError as refusal:
@@ -139,7 +155,7 @@ def _illegal_calls_change_nothing(world: World) -> list[str]:
             continue
         if isinstance(outcome, tuple) and outcome[0] != 200:
             continue
-        problems.append(f"{what} was accepted: {outcome!r}")
+        problems.append(f"oracle: {what} was accepted: {outcome!r}")
     if gen.requests() != requests:
         problems.append("an illegal call sent a request")
     after = describe(world)
@@ -160,7 +176,8 @@ def _illegal_calls(world: World, gen: Generation) -> list[tuple[Call, str]]:
     for iid, adapter in gen.adapters.items():
         state = adapter.state
         for trigger in ADAPTER_TRIGGERS:
-            if INSTANCE_LIFECYCLE.destination(state, trigger) is not None:
+            # Judged by the reference model, not the engine's own table.
+            if operation_legal(str(state), trigger):
                 continue
             calls.append(
                 (

@@ -73,8 +73,9 @@ def test_a_seeded_rule_bug_is_found_with_its_shortest_trace(
     assert main(["--tiny", "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATION after 3 actions" in out and "shortest trace:" in out
-    assert out.splitlines()[-1].startswith("states explored: ")
-    assert not out.splitlines()[-1].endswith("violations: 0")
+    assert out.splitlines()[-2].startswith("states explored: ")
+    assert not out.splitlines()[-2].endswith("violations: 0")
+    assert out.splitlines()[-1].startswith("oracle violations: ")
 
 
 def test_a_mutated_table_row_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,8 +98,8 @@ def test_the_cli_prints_the_summary_last(capsys: pytest.CaptureFixture[str]) -> 
     """``python -m model_check`` ends with the states/violations line and exits 0 when clean."""
     assert main(["--tiny", "--quiet", "--max-states", "40"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1] == "states explored: 40, violations: 0"
-    assert "stopped at max_states" in lines[-2]
+    assert lines[-2:] == ["states explored: 40, violations: 0", "oracle violations: 0"]
+    assert "stopped at max_states" in lines[-3]
 
 
 @pytest.mark.parametrize(
@@ -110,4 +111,4 @@ def test_the_cli_picks_the_configuration(
 ) -> None:
     """Each flag explores its configuration (here its first few states)."""
     assert main([*([flag] if flag else []), "--quiet", "--max-states", "5"]) == 0
-    assert capsys.readouterr().out.splitlines()[-2].startswith(f"model check {name}: 5 states")
+    assert capsys.readouterr().out.splitlines()[-3].startswith(f"model check {name}: 5 states")

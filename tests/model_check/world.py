@@ -43,7 +43,8 @@ from helpers.dict_deployment import DictHooks
 from model_check import trainer
 from model_check.clock import ExplorerClock
 from model_check.config import Config
-from model_check.gates import DELIVER, SLOW, GatedTransport, Gates, Pending
+from model_check.gates import DELAYED, DELIVER, GatedTransport, Gates, Pending
+from model_check.observe import Observer
 from model_check.trainer import Model, Rollout, Violation
 
 TOKEN = "model-check-token"
@@ -66,7 +67,9 @@ Program = Callable[["World", "Generation"], Coroutine[Any, Any, None]]
 class Generation:
     """Every process of one run: participant cores, adapters, the facade."""
 
-    def __init__(self, world: World, number: int, clock: ExplorerClock) -> None:
+    def __init__(
+        self, world: World, number: int, clock: ExplorerClock, *, partial: bool = False
+    ) -> None:
         config = world.config
         self.number = number
         self.clock = clock
@@ -82,6 +85,8 @@ class Generation:
         self.running: set[str] = set()
         self.in_flight: dict[str, Pending] = {}
         self.done = False
+        # The reference model of each instance's participants (``observe``).
+        self.observers: dict[str, Observer] = {}
         for index in range(config.instances):
             instance = GymCheckpointInstance("shard", index)
             iid = instance.instance_id
@@ -89,6 +94,11 @@ class Generation:
             if index == config.restart_only_instance:
                 name, kind, _ = kinds[-1]
                 kinds[-1] = (name, kind, "restart_only")
+            missing: tuple[str, ...] = ()
+            if partial and index == 0:
+                # A partial participant set: the last server of i0 is not deployed.
+                missing = (kinds[-1][0],)
+                kinds = kinds[:-1]
             hooks = {name: DictHooks(kind) for name, kind, _ in kinds}
             cores = {
                 name: ParticipantCore(
@@ -101,8 +111,16 @@ class Generation:
                 )
                 for name, kind, mode in kinds
             }
-            inner = InProcessTransport(dict(cores), token=TOKEN)
             label = f"i{index}"
+            observer = Observer(
+                label=label,
+                clock=clock,
+                lease_grace=config.lease_grace,
+                problems=world.oracle_problems,
+                missing=missing,
+            )
+            self.observers[label] = observer
+            inner = InProcessTransport(dict(cores), token=TOKEN, deliver=observer.deliver)
             transport = GatedTransport(
                 inner,
                 gates=self.gates,
@@ -148,6 +166,8 @@ class World:
         self.faults_used = 0
         self.notes: list[str] = []
         self.violations: list[str] = []
+        # Divergences of the engine from the reference model (``oracle``).
+        self.oracle_problems: list[str] = []
         self._ids = itertools.count()
         self.restart_only_instance = (
             None
@@ -183,8 +203,10 @@ class World:
         async with gen.cores[rollout.instance][name].admit(rollout.episode):
             gen.hooks[rollout.instance][name].states[rollout.episode] = state
 
-    def _new_generation(self, clock: ExplorerClock, program: Program) -> Generation:
-        gen = Generation(self, len(self.generations), clock)
+    def _new_generation(
+        self, clock: ExplorerClock, program: Program, *, partial: bool = False
+    ) -> Generation:
+        gen = Generation(self, len(self.generations), clock, partial=partial)
         self.generations.append(gen)
         gen.tasks.append(self.loop.create_task(self._program(program, gen)))
         return gen
@@ -200,11 +222,14 @@ class World:
             if gen is self.gen:
                 gen.done = True
 
-    def restart_processes(self) -> None:
-        """Fresh processes of every server (nothing in memory survives), restoring again."""
+    def restart_processes(self, *, partial: bool = False) -> None:
+        """Fresh processes of every server (nothing in memory survives), restoring again.
+
+        ``partial``: the new deployment lacks a server that saved state.
+        """
         old = self.gen
         old.gates.close()
-        self._new_generation(ExplorerClock(old.clock.now()), trainer.after_crash)
+        self._new_generation(ExplorerClock(old.clock.now()), trainer.after_crash, partial=partial)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -264,6 +289,8 @@ class World:
             for kind in config.faults:
                 if kind == "crash_before_publish" and item.route != "commit":
                     continue
+                if kind == DELAYED and item.route != "prepare":
+                    continue
                 found.append(f"{kind} {item.key}")
         for rollout_id in sorted(gen.running):
             rollout = self.model.rollouts.get(rollout_id)
@@ -281,6 +308,8 @@ class World:
             found.append("tick")
         if self.crashes < config.crash_budget:
             found.append("crash")
+            if config.partial_restore:
+                found.append("crash partial")
         return found
 
     def apply(self, action: str) -> None:
@@ -289,9 +318,9 @@ class World:
         verb, _, key = action.partition(" ")
         if action == "tick":
             self._tick()
-        elif action == "crash":
+        elif action in ("crash", "crash partial"):
             self.crashes += 1
-            self.restart_processes()
+            self.restart_processes(partial=action == "crash partial")
         elif verb == "begin":
             self._begin(gen, key)
         elif verb in ("trainer", "end"):
@@ -306,7 +335,7 @@ class World:
             item = gen.gates.find(key)
             assert item is not None and verb in self.config.faults, action
             self.faults_used += 1
-            gen.gates.resolve(item, SLOW if verb == "slow" else verb)
+            gen.gates.resolve(item, verb)
         self.settle()
 
     def crash_key(self) -> tuple[object, ...]:
@@ -350,7 +379,7 @@ class World:
         cores = gen.cores[rollout.instance]
         try:
             async with contextlib.AsyncExitStack() as stack:
-                for name in TURN_ORDER:
+                for name in (n for n in TURN_ORDER if n in cores):
                     await stack.enter_async_context(cores[name].admit(rollout.episode))
                 item = gen.gates.add(f"end {rollout_id}")
                 gen.in_flight[rollout_id] = item

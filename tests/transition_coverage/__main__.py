@@ -1,4 +1,7 @@
-"""``python -m transition_coverage FILE...``: the per-table report; exit 1 if a row was missed."""
+"""``python -m transition_coverage FILE...``: the per-table report, per machine and transport.
+
+Exits 1 if a row was missed, by either run (in-process, HTTP) of any machine.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ def main(argv: list[str]) -> int:
         return 2
     report = coverage_report(load_coverage([Path(arg) for arg in argv]))
     print(report.text())
-    return 1 if report.never else 0
+    return 1 if report.never or report.missed() else 0
 
 
 if __name__ == "__main__":

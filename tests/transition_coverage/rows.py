@@ -23,6 +23,9 @@ HTTP = "http"
 IN_PROCESS = "in-process"
 
 Row = tuple[str, str, str]  # machine, source, trigger
+# The ledger lives in the trainer's own process and never crosses a control
+# route: no HTTP run can fire its rows, so it is judged in-process only.
+IN_PROCESS_ONLY = frozenset({"rollout_ledger"})
 
 
 def all_rows() -> list[Row]:
@@ -55,6 +58,36 @@ class CoverageReport:
     def over_http(self) -> list[Row]:
         return [row for row in self.rows if self.counts.get(row, Counter())[HTTP]]
 
+    def by_transport(self, via: str) -> list[Row]:
+        """Rows fired by the in-process run (``IN_PROCESS``) or the HTTP run (``HTTP``)."""
+        return [row for row in self.rows if self.counts.get(row, Counter())[via]]
+
+    def missed(self) -> dict[tuple[str, str], list[Row]]:
+        """Per (machine, transport): the rows that run never fired (HTTP n/a: the ledger)."""
+        found: dict[tuple[str, str], list[Row]] = {}
+        for via in (IN_PROCESS, HTTP):
+            fired = set(self.by_transport(via))
+            for table in ALL_TABLES:
+                if via == HTTP and table.name in IN_PROCESS_ONLY:
+                    continue
+                rows = [r for r in self.rows if r[0] == table.name and r not in fired]
+                if rows:
+                    found[(table.name, via)] = rows
+        return found
+
+    def per_transport(self) -> list[str]:
+        """One line per machine and transport: rows fired of rows declared."""
+        lines = []
+        for table in ALL_TABLES:
+            rows = [row for row in self.rows if row[0] == table.name]
+            for via in (IN_PROCESS, HTTP):
+                if via == HTTP and table.name in IN_PROCESS_ONLY:
+                    lines.append(f"{table.name} {via}: n/a (trainer-side, no control route)")
+                    continue
+                fired = sum(1 for row in rows if self.counts.get(row, Counter())[via])
+                lines.append(f"{table.name} {via}: {fired}/{len(rows)}")
+        return lines
+
     def summary(self) -> str:
         return f"transition coverage: {len(self.covered)}/{len(self.rows)} rows"
 
@@ -77,6 +110,9 @@ class CoverageReport:
                 lines.append(f"  {row[1]:>16} --{row[2]}--> {how}")
         for (machine, source, trigger, dest), count in sorted(self.foreign.items()):
             lines.append(f"not in any table: {machine} {source} --{trigger}--> {dest} x{count}")
+        lines += self.per_transport()
+        for (machine, via), rows in sorted(self.missed().items()):
+            lines.append(f"MISSED {machine} {via}: " + ", ".join(f"{s}--{t}" for _, s, t in rows))
         lines.append(self.summary())
         return "\n".join(lines)
 

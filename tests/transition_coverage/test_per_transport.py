@@ -1,0 +1,44 @@
+"""Coverage is judged per machine and per transport: an in-process row is no HTTP row."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from envckpt.machines.tables import ALL_TABLES, PARTICIPANT_PHASES
+from envckpt.statecharts.overlay import CoverageEntry
+
+from transition_coverage.__main__ import main
+from transition_coverage.rows import HTTP, IN_PROCESS, coverage_report
+
+
+def _every_row(via: str) -> list[CoverageEntry]:
+    return [
+        CoverageEntry(table.name, str(source), trigger, str(dest), via=via)
+        for table in ALL_TABLES
+        for source, trigger, dest in table.edges()
+    ]
+
+
+def test_rows_fired_only_in_process_are_missed_over_http() -> None:
+    report = coverage_report(_every_row(IN_PROCESS))
+    assert not report.never
+    missed = report.missed()
+    assert set(missed) == {
+        (table.name, HTTP) for table in ALL_TABLES if table.name != "rollout_ledger"
+    }
+    lines = report.per_transport()
+    rows = len(list(PARTICIPANT_PHASES.edges()))
+    assert f"participant_phases in-process: {rows}/{rows}" in lines
+    assert f"participant_phases http: 0/{rows}" in lines
+    assert "rollout_ledger http: n/a (trainer-side, no control route)" in lines
+
+
+def test_both_runs_complete_pass_and_a_gap_fails(tmp_path: Path) -> None:
+    complete = coverage_report(_every_row(IN_PROCESS) + _every_row(HTTP))
+    assert not complete.missed()
+    path = tmp_path / "coverage.jsonl"
+    lines = (json.dumps(dataclasses.asdict(entry)) for entry in _every_row(IN_PROCESS))
+    path.write_text("\n".join(lines) + "\n")
+    assert main([str(path)]) == 1  # nothing over HTTP: the run fails
