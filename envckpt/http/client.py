@@ -1,11 +1,9 @@
 """``HttpTransport``: the coordinator's ``ControlTransport`` over HTTP/1.1.
 
 Each transport is one deployment's reserved control pool: its own keep-alive
-connections (``connections.ConnectionPool``), kept between calls and used for
-nothing but control calls, so a saturated data-plane pool can never delay a
-prepare or a resume. The pool is a minimal HTTP/1.1 client rather than
-aiohttp: a control call is a small request and a small reply, and a
-general-purpose client's per-request work was most of the coordinator's CPU::
+connections (``connections.ConnectionPool``, framed by h11), kept between
+calls and used for nothing but control calls, so a saturated data-plane pool
+can never delay a prepare or a resume::
 
     async with HttpTransport({"policy": "http://10.0.0.5:8000"}, token=token) as transport:
         coordinator = Coordinator(transport)
@@ -35,7 +33,9 @@ Retries, all inside the call's ``timeout``:
   limits) is reported at once as ``TransportFailure``.
 
 Replies are never interpreted here: the status, the parsed JSON body (or
-``None``) and the raw text go back to the coordinator.
+``None``) and the raw text go back to the coordinator. A body nested deeper
+than ``reply_json.MAX_REPLY_DEPTH`` is a ``TransportFailure``, as is every
+failure to frame or decode a reply.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import json
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -56,10 +56,11 @@ from envckpt.http.connections import (
     BadReply,
     ConnectFailed,
     ConnectionPool,
+    Headers,
     Origin,
     ServerDisconnected,
-    request_head,
 )
+from envckpt.http.reply_json import control_reply
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ROUTES
 
 DEFAULT_MAX_CONNECTIONS = 64
@@ -181,12 +182,12 @@ class HttpTransport(AsyncCloseable):
                 "servers, never through a proxy"
             )
         self._servers = {str(name): _base_url(name, url) for name, url in servers.items()}
-        # Per server: where to connect, the Host header, the path before the route.
-        self._targets = {name: _Target.of(url) for name, url in self._servers.items()}
-        self._headers = b"Authorization: Bearer %s\r\nAccept: application/json\r\n" % (
-            token.encode()
-        )
-        self._body_headers = self._headers + b"Content-Type: application/json\r\n"
+        # Per server: where to connect, the path before the route, the headers
+        # (made once: a call adds only its Content-Length).
+        authorization = b"Bearer " + token.encode()
+        self._targets = {
+            name: _Target.of(url, authorization) for name, url in self._servers.items()
+        }
         self._max_connections = max_connections
         self._connect_timeout = connect_timeout
         self._keepalive_seconds = keepalive_seconds
@@ -255,14 +256,9 @@ class HttpTransport(AsyncCloseable):
         if route not in ROUTES:
             raise ValueError(f"unknown control route {route!r}")
         content = None if body is None else encode_body(body)
-        head = request_head(
-            method,
-            target.path + route,
-            host=target.host,
-            headers=self._headers if content is None else self._body_headers,
-            body=content,
-        )
-        data = head if content is None else head + content
+        verb = method.encode("ascii")
+        path = target.path + route.encode("ascii")
+        headers = target.headers if content is None else target.body_headers
         pool = self._client()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
@@ -276,7 +272,9 @@ class HttpTransport(AsyncCloseable):
                 raise TransportFailure(f"{where}: no reply within {timeout:.1f} s")
             self.attempts += 1
             try:
-                response = await pool.request(target.origin, data, deadline=deadline)
+                response = await pool.request(
+                    target.origin, verb, path, headers, content, deadline=deadline
+                )
             except ConnectFailed as error:
                 connect_failures += 1
                 if connect_failures >= tries:
@@ -301,7 +299,10 @@ class HttpTransport(AsyncCloseable):
             except BadReply as error:
                 raise TransportFailure(f"{where}: BadReply: {error}") from error
             else:
-                return _reply(response.status, response.body)
+                try:
+                    return control_reply(response.status, response.body)
+                except TransportFailure as error:
+                    raise TransportFailure(f"{where}: {error}") from error
 
     async def aclose(self) -> None:
         self._closed = True
@@ -312,22 +313,29 @@ class HttpTransport(AsyncCloseable):
 
 @dataclass(frozen=True, slots=True)
 class _Target:
-    """Where one server's control calls go: origin, Host header, path up to the route."""
+    """Where one server's control calls go: origin, path up to the route, headers."""
 
     origin: Origin
-    host: str
-    path: str
+    path: bytes
+    headers: Headers
+    body_headers: Headers
 
     @classmethod
-    def of(cls, base_url: str) -> _Target:
+    def of(cls, base_url: str, authorization: bytes) -> _Target:
         origin = Origin.from_url(base_url)
         # A path is sent as given when it is plain ASCII, percent-encoded otherwise.
         prefix = quote(urlsplit(base_url).path.rstrip("/"), safe="/%:@!$&'()*+,;=~")
-        return cls(origin, origin.host_header, f"{prefix}{CHECKPOINT_ROUTE_PREFIX}/")
-
-
-def _refuse_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
+        headers = [
+            (b"Host", origin.host_header.encode("ascii")),
+            (b"Authorization", authorization),
+            (b"Accept", b"application/json"),
+        ]
+        return cls(
+            origin,
+            f"{prefix}{CHECKPOINT_ROUTE_PREFIX}/".encode("ascii"),
+            headers,
+            [*headers, (b"Content-Type", b"application/json")],
+        )
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
@@ -345,17 +353,3 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
     if b"null" not in data:
         return data
     return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-
-
-def _reply(status: int, data: bytes) -> ControlReply:
-    text = data.decode("utf-8", errors="replace")
-    body: Any
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        try:
-            # orjson refuses some valid JSON (integers beyond 64 bits); NaN stays refused.
-            body = json.loads(text, parse_constant=_refuse_constant)
-        except ValueError:
-            body = None
-    return ControlReply(status, body, raw=text)

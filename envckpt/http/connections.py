@@ -1,22 +1,24 @@
-"""A small HTTP/1.1 keep-alive client for control calls: a pool of persistent connections.
+"""A keep-alive pool of HTTP/1.1 connections for control calls, framed by h11.
 
 ``HttpTransport`` sends one control call at a time per task and reads a small
-JSON reply; a general-purpose client spends most of a call's CPU on features
-control calls never use (cookies, proxies, redirects, tracing, streaming).
-This pool does only what a control call needs::
+JSON reply. The pool keeps what a control call needs and nothing more
+(no cookies, proxies, redirects or streaming); the bytes on each connection
+are framed by h11 (``exchange.py``)::
 
     pool = ConnectionPool(max_connections=64, keepalive_seconds=4.0, connect_timeout=10.0)
     origin = Origin.from_url("http://10.0.0.5:8000")
-    head = request_head("POST", "/ng-control/v1/checkpoint/prepare", host=origin.host_header,
-                        headers=b"Authorization: Bearer ...\\r\\n", body=body)
-    response = await pool.request(origin, head + body, deadline=loop.time() + 5.0)
+    headers = [(b"host", origin.host_header.encode()), (b"authorization", b"Bearer ...")]
+    response = await pool.request(origin, b"POST", b"/ng-control/v1/checkpoint/prepare",
+                                  headers, body, deadline=loop.time() + 5.0)
     response.status, response.body       # the reply, read whole
     await pool.aclose()
 
 Connections are kept per ``Origin`` (scheme, host, port), at most
 ``max_connections`` open in all, reused most-recent first, and dropped when
-idle ``keepalive_seconds``, when the peer closed them, or when a reply says
-``Connection: close`` (or is HTTP/1.0, or is framed by the connection's end).
+idle ``keepalive_seconds``, when the peer closed them or sent bytes while
+idle, or when h11 does not report the exchange complete on both sides
+(``Connection: close``, HTTP/1.0, a body framed by the connection's end, any
+byte past the reply).
 
 What can go wrong, by what the caller can do about it:
 
@@ -26,8 +28,8 @@ What can go wrong, by what the caller can do about it:
   reply arrived. ``stale`` is true when the connection was a pooled one and
   not a byte of the reply had arrived: the server closed it while idle, so the
   request may be sent again on a new connection.
-* ``BadReply``: the reply is not HTTP/1.x this client can frame, or is larger
-  than ``MAX_HEADER_BYTES`` / ``MAX_BODY_BYTES``.
+* ``BadReply``: h11 refuses the reply, or it is larger than
+  ``MAX_HEADER_BYTES`` / ``MAX_BODY_BYTES`` (see ``exchange.py``).
 * ``TimeoutError``: the ``deadline`` passed; the connection is dropped.
 
 Replies are not interpreted beyond HTTP framing; redirects are not followed.
@@ -36,30 +38,31 @@ Replies are not interpreted beyond HTTP framing; redirects are not followed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import ssl
 from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from envckpt.http.framing import (
+from envckpt.http.exchange import (
     BadReply,
+    Headers,
     HttpResponse,
     ReplyLimits,
     ServerDisconnected,
-    read_response,
+    Wire,
+    connect,
+    exchange,
 )
 
 __all__ = [
     "BadReply",
     "ConnectFailed",
     "ConnectionPool",
+    "Headers",
     "HttpResponse",
     "Origin",
     "ReplyLimits",
     "ServerDisconnected",
-    "request_head",
 ]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -94,43 +97,6 @@ class Origin:
         return f"{host}:{self.port}"
 
 
-def request_head(
-    method: str, target: str, *, host: str, headers: bytes, body: bytes | None
-) -> bytes:
-    """The request line and headers; ``headers`` are whole ``Name: value\\r\\n`` lines."""
-    length = b"" if body is None else b"Content-Length: %d\r\n" % len(body)
-    return b"%s %s HTTP/1.1\r\nHost: %s\r\n%s%s\r\n" % (
-        method.encode("ascii"),
-        target.encode("ascii"),
-        host.encode("ascii"),
-        headers,
-        length,
-    )
-
-
-class _Connection:
-    """One open connection and the bytes read from it but not yet consumed."""
-
-    __slots__ = ("buffer", "idle_since", "origin", "reader", "reused", "writer")
-
-    def __init__(
-        self, origin: Origin, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        self.origin = origin
-        self.reader = reader
-        self.writer = writer
-        self.buffer = bytearray()
-        self.reused = False
-        self.idle_since = 0.0
-
-    def alive(self) -> bool:
-        """Not closed by either side, as far as the event loop has seen."""
-        return not (self.reader.at_eof() or self.writer.transport.is_closing())
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 class ConnectionPool:
     """Persistent HTTP/1.1 connections per origin, for one event loop (see module docstring)."""
 
@@ -153,8 +119,8 @@ class ConnectionPool:
         self._ssl_context = ssl_context
         self._limits = limits
         # Idle connections per origin, most recently used last.
-        self._idle: dict[Origin, list[_Connection]] = {}
-        self._busy: set[_Connection] = set()
+        self._idle: dict[Origin, list[Wire]] = {}
+        self._busy: set[Wire] = set()
         self._opening = 0  # slots taken by connections being opened
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -169,20 +135,32 @@ class ConnectionPool:
     def idle_connections(self) -> int:
         return sum(map(len, self._idle.values()))
 
-    async def request(self, origin: Origin, data: bytes, *, deadline: float) -> HttpResponse:
-        """Send ``data`` (a whole request) to ``origin`` and read the reply, by ``deadline``.
+    async def request(
+        self,
+        origin: Origin,
+        method: bytes,
+        target: bytes,
+        headers: Headers,
+        body: bytes | None,
+        *,
+        deadline: float,
+    ) -> HttpResponse:
+        """Send one request to ``origin`` and read the reply, by ``deadline``.
 
-        ``deadline`` is on the running loop's clock (``loop.time()``).
+        ``headers`` carry ``Host`` and the rest but the length (added for a
+        ``body``); ``deadline`` is on the running loop's clock (``loop.time()``).
         """
         connection = await self._acquire(origin, deadline)
         try:
             async with asyncio.timeout_at(deadline):
-                response, reusable = await _exchange(connection, data, self._limits)
+                response, reusable = await exchange(
+                    connection, method, target, headers, body, self._limits
+                )
         except BaseException:
             self._discard(connection)
             raise
         if reusable:
-            self._put_back(connection)
+            self._put_back(connection, origin)
         else:
             self._discard(connection)
         return response
@@ -199,8 +177,7 @@ class ConnectionPool:
             connection.close()
         for connection in connections:
             # A connection the peer reset is closed all the same.
-            with contextlib.suppress(OSError, ssl.SSLError):
-                await connection.writer.wait_closed()
+            await connection.wait_closed()
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -208,7 +185,7 @@ class ConnectionPool:
 
     # -- connections in and out -------------------------------------------------
 
-    async def _acquire(self, origin: Origin, deadline: float) -> _Connection:
+    async def _acquire(self, origin: Origin, deadline: float) -> Wire:
         while True:
             if self._closed:
                 raise ConnectFailed("the connection pool is closed")
@@ -219,7 +196,7 @@ class ConnectionPool:
                 return await self._open(origin, deadline)
             await self._wait_for_room(deadline)
 
-    def _take_idle(self, origin: Origin) -> _Connection | None:
+    def _take_idle(self, origin: Origin) -> Wire | None:
         idle = self._idle.get(origin)
         if not idle:
             return None
@@ -235,7 +212,7 @@ class ConnectionPool:
 
     def _close_oldest_idle(self) -> bool:
         """Make room by closing the longest-idle connection of any origin."""
-        oldest: list[_Connection] | None = None
+        oldest: list[Wire] | None = None
         for idle in self._idle.values():
             if idle and (oldest is None or idle[0].idle_since < oldest[0].idle_since):
                 oldest = idle
@@ -264,17 +241,17 @@ class ConnectionPool:
                 waiter.set_result(None)
                 return
 
-    async def _open(self, origin: Origin, deadline: float) -> _Connection:
+    async def _open(self, origin: Origin, deadline: float) -> Wire:
         loop = asyncio.get_running_loop()
         self._opening += 1
         try:
             try:
                 async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_timeout)):
-                    reader, writer = await asyncio.open_connection(
+                    connection = await connect(
                         origin.host,
                         origin.port,
-                        ssl=self._tls() if origin.scheme == "https" else None,
-                        server_hostname=origin.host if origin.scheme == "https" else None,
+                        limits=self._limits,
+                        ssl_context=self._tls() if origin.scheme == "https" else None,
                     )
             except TimeoutError as error:
                 where = f"{origin.host}:{origin.port}"
@@ -286,10 +263,6 @@ class ConnectionPool:
             self._wake_one()  # the slot is free again
             raise
         self._opening -= 1
-        sock = writer.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        connection = _Connection(origin, reader, writer)
         self._busy.add(connection)
         if self._closed:  # closed while connecting
             self._discard(connection)
@@ -301,25 +274,25 @@ class ConnectionPool:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
 
-    def _put_back(self, connection: _Connection) -> None:
+    def _put_back(self, connection: Wire, origin: Origin) -> None:
         self._busy.discard(connection)
         if self._closed:
             connection.close()
             return
         loop = asyncio.get_running_loop()
         connection.idle_since = loop.time()
-        self._idle.setdefault(connection.origin, []).append(connection)
+        self._idle.setdefault(origin, []).append(connection)
         if self._sweeper is None:
             self._sweeper = loop.call_at(
                 connection.idle_since + self._keepalive_seconds, self._sweep
             )
         self._wake_one()
 
-    def _discard(self, connection: _Connection) -> None:
+    def _discard(self, connection: Wire) -> None:
         self._busy.discard(connection)
         self._close(connection)
 
-    def _close(self, connection: _Connection) -> None:
+    def _close(self, connection: Wire) -> None:
         connection.close()
         self._wake_one()
 
@@ -345,40 +318,3 @@ class ConnectionPool:
         if next_expiry is not None:
             self._sweeper = loop.call_at(next_expiry, self._sweep)
         self._wake_one()
-
-
-async def _exchange(
-    connection: _Connection, data: bytes, limits: ReplyLimits
-) -> tuple[HttpResponse, bool]:
-    """Write ``data``, read one reply; whether the connection may carry another request."""
-    reader, writer = connection.reader, connection.writer
-    received = False
-
-    async def more() -> bool:
-        # One read from the socket into the buffer; False at the connection's end.
-        nonlocal received
-        try:
-            chunk = await reader.read(65536)
-        except OSError as error:  # reset, aborted, TLS failure (ssl.SSLError is one)
-            raise ServerDisconnected(f"{type(error).__name__}: {error}", stale=False) from error
-        if not chunk:
-            return False
-        received = True
-        connection.buffer += chunk
-        return True
-
-    try:
-        writer.write(data)
-        if writer.transport.get_write_buffer_size():
-            await writer.drain()
-        return await read_response(connection.buffer, more, limits=limits)
-    except OSError as error:  # from the write: reset, broken pipe
-        disconnected = ServerDisconnected(f"{type(error).__name__}: {error}", stale=False)
-        if connection.reused and not received:
-            raise ServerDisconnected(str(disconnected), stale=True) from error
-        raise disconnected from error
-    except ServerDisconnected as error:
-        if connection.reused and not received:
-            # A pooled connection the server had closed: it never read the request.
-            raise ServerDisconnected(str(error), stale=True) from error
-        raise

@@ -17,15 +17,20 @@ from envckpt.http.connections import (
     BadReply,
     ConnectFailed,
     ConnectionPool,
+    HttpResponse,
     Origin,
     ReplyLimits,
     ServerDisconnected,
-    request_head,
 )
 from envckpt.http.serve import serve
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-GET = b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"
+HOST = [(b"Host", b"test")]
+
+
+async def get(connections: ConnectionPool, origin: Origin, *, seconds: float = 5.0) -> HttpResponse:
+    """``GET /x`` through the pool."""
+    return await connections.request(origin, b"GET", b"/x", HOST, None, deadline=soon(seconds))
 
 
 def ok(body: bytes = b"{}", extra: bytes = b"") -> bytes:
@@ -109,18 +114,19 @@ async def test_keep_alive_reuses_one_connection() -> None:
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
         body = b'{"a":1}'
-        head = request_head("POST", "/p", host=origin.host_header, headers=b"X-A: 1\r\n", body=body)
+        headers = [(b"Host", origin.host_header.encode()), (b"X-A", b"1")]
         for _ in range(2):
-            response = await connections.request(origin, head + body, deadline=soon())
+            response = await connections.request(
+                origin, b"POST", b"/p", headers, body, deadline=soon()
+            )
             assert (response.status, response.body) == (200, b'{"n":1}')
             assert response.headers["content-type"] == "application/json"
         assert len(accepted) == 1 and connections.idle_connections == 1
         await connections.aclose()
-    assert seen == [head + body] * 2
-    assert head == (
-        b"POST /p HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-A: 1\r\nContent-Length: 7\r\n\r\n"
-        % origin.port
+    sent = b"POST /p HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-A: 1\r\ncontent-length: 7\r\n\r\n" % (
+        origin.port
     )
+    assert seen == [sent + body] * 2
 
 
 async def test_chunked_reply_is_read_whole() -> None:
@@ -131,9 +137,9 @@ async def test_chunked_reply_is_read_whole() -> None:
     )
     async with raw_server(replying(chunked, ok())) as (origin, accepted):
         connections = pool()
-        response = await connections.request(origin, GET, deadline=soon())
+        response = await get(connections, origin)
         assert response.body == b'{"a":12}'
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         assert len(accepted) == 1
         await connections.aclose()
 
@@ -143,8 +149,8 @@ async def test_a_chunk_without_its_crlf_is_a_bad_reply() -> None:
     chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n"
     async with raw_server(replying(chunked)) as (origin, _):
         connections = pool()
-        with pytest.raises(BadReply, match="CRLF"):
-            await connections.request(origin, GET, deadline=soon())
+        with pytest.raises(BadReply, match="chunk"):
+            await get(connections, origin)
         assert connections.open_connections == 0
         await connections.aclose()
 
@@ -170,7 +176,7 @@ async def test_replies_that_end_the_connection_are_not_reused(reply: bytes) -> N
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
         for _ in range(2):
-            response = await connections.request(origin, GET, deadline=soon())
+            response = await get(connections, origin)
             assert (response.status, response.body) == (200, b"{}")
             assert connections.idle_connections == 0
         assert len(accepted) == 2
@@ -181,7 +187,7 @@ async def test_a_keep_alive_reply_is_reused_where_a_closing_one_is_not() -> None
     """Tampered: the same reply without Connection: close keeps its connection."""
     async with raw_server(replying(ok(extra=b"Connection: keep-alive\r\n"))) as (origin, _):
         connections = pool()
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         assert connections.idle_connections == 1
         await connections.aclose()
 
@@ -191,7 +197,7 @@ async def test_interim_replies_are_skipped() -> None:
     interim = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
     async with raw_server(replying(interim + ok(b"[1]"))) as (origin, _):
         connections = pool()
-        response = await connections.request(origin, GET, deadline=soon())
+        response = await get(connections, origin)
         assert (response.status, response.body) == (200, b"[1]")
         await connections.aclose()
 
@@ -223,7 +229,7 @@ async def test_oversize_headers_and_bodies_are_refused() -> None:
         async with raw_server(handler) as (origin, _):
             connections = pool(limits=limits)
             with pytest.raises(BadReply, match="over"):
-                await connections.request(origin, GET, deadline=soon())
+                await get(connections, origin)
             assert connections.open_connections == 0, name
             await connections.aclose()
 
@@ -235,7 +241,7 @@ async def test_replies_just_within_the_limits_are_read() -> None:
     reply = head + b"X-P: " + b"a" * pad + b"\r\n\r\n" + b"x" * 100
     async with raw_server(replying(reply)) as (origin, _):
         connections = pool(limits=ReplyLimits(max_header_bytes=1024, max_body_bytes=100))
-        response = await connections.request(origin, GET, deadline=soon())
+        response = await get(connections, origin)
         assert response.body == b"x" * 100
         await connections.aclose()
 
@@ -258,7 +264,7 @@ async def test_malformed_replies_are_bad_replies(reply: bytes) -> None:
     async with raw_server(replying(reply)) as (origin, _):
         connections = pool()
         with pytest.raises(BadReply):
-            await connections.request(origin, GET, deadline=soon())
+            await get(connections, origin)
         await connections.aclose()
 
 
@@ -274,9 +280,9 @@ async def test_a_pooled_connection_closed_while_idle_is_stale() -> None:
 
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         with pytest.raises(ServerDisconnected) as raised:
-            await connections.request(origin, GET, deadline=soon())
+            await get(connections, origin)
         assert raised.value.stale
         assert len(accepted) == 1
         await connections.aclose()
@@ -293,9 +299,9 @@ async def test_a_closed_idle_connection_the_loop_has_seen_is_not_used() -> None:
 
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         await asyncio.sleep(0.1)  # the close reaches the client's loop
-        response = await connections.request(origin, GET, deadline=soon())
+        response = await get(connections, origin)
         assert response.status == 200 and len(accepted) == 2
         await connections.aclose()
 
@@ -310,7 +316,7 @@ async def test_a_fresh_connection_dropped_after_the_request_is_not_stale() -> No
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
         with pytest.raises(ServerDisconnected) as raised:
-            await connections.request(origin, GET, deadline=soon())
+            await get(connections, origin)
         assert not raised.value.stale and len(accepted) == 1
         await connections.aclose()
 
@@ -322,9 +328,9 @@ async def test_a_reply_cut_short_on_a_pooled_connection_is_not_stale() -> None:
         _,
     ):
         connections = pool()
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         with pytest.raises(ServerDisconnected) as raised:
-            await connections.request(origin, GET, deadline=soon())
+            await get(connections, origin)
         assert not raised.value.stale
         await connections.aclose()
 
@@ -339,7 +345,7 @@ async def test_a_read_timeout_drops_the_connection() -> None:
     async with raw_server(handler) as (origin, accepted):
         connections = pool()
         with pytest.raises(TimeoutError):
-            await connections.request(origin, GET, deadline=soon(0.2))
+            await get(connections, origin, seconds=0.2)
         assert connections.open_connections == 0 and len(accepted) == 1
         await connections.aclose()
 
@@ -352,7 +358,7 @@ async def test_connect_refused_is_connect_failed() -> None:
         connections = pool()
         origin = Origin("http", "127.0.0.1", sock.getsockname()[1])
         with pytest.raises(ConnectFailed, match="ConnectionRefusedError"):
-            await connections.request(origin, GET, deadline=soon())
+            await get(connections, origin)
         assert connections.open_connections == 0
         await connections.aclose()
     finally:
@@ -377,9 +383,7 @@ async def test_max_connections_holds_under_concurrency() -> None:
 
     async with raw_server(handler) as (origin, accepted):
         connections = pool(max_connections=3)
-        replies = await asyncio.gather(
-            *(connections.request(origin, GET, deadline=soon()) for _ in range(10))
-        )
+        replies = await asyncio.gather(*(get(connections, origin) for _ in range(10)))
         assert [r.status for r in replies] == [200] * 10
         assert len(accepted) == 3 and peak[0] == 3
         assert connections.open_connections == 3
@@ -397,10 +401,10 @@ async def test_waiting_for_a_free_connection_ends_at_the_deadline() -> None:
 
     async with raw_server(handler) as (origin, accepted):
         connections = pool(max_connections=1)
-        slow = asyncio.create_task(connections.request(origin, GET, deadline=soon()))
+        slow = asyncio.create_task(get(connections, origin))
         await asyncio.sleep(0.05)
         with pytest.raises(TimeoutError):
-            await connections.request(origin, GET, deadline=soon(0.1))
+            await get(connections, origin, seconds=0.1)
         assert (await slow).status == 200
         assert len(accepted) == 1 and connections.open_connections == 1
         await connections.aclose()
@@ -413,8 +417,8 @@ async def test_max_connections_closes_an_idle_connection_of_another_origin() -> 
         raw_server(replying(ok())) as (second, _),
     ):
         connections = pool(max_connections=1)
-        await connections.request(first, GET, deadline=soon())
-        await connections.request(second, GET, deadline=soon())
+        await get(connections, first)
+        await get(connections, second)
         assert connections.open_connections == 1
         await connections.aclose()
 
@@ -431,7 +435,7 @@ async def test_idle_connections_expire() -> None:
 
     async with raw_server(handler) as (origin, _):
         connections = pool(keepalive_seconds=0.2)
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         assert connections.idle_connections == 1
         await asyncio.wait_for(closed.wait(), 2.0)
         assert connections.idle_connections == 0
@@ -442,9 +446,9 @@ async def test_idle_connections_are_kept_within_keepalive() -> None:
     """Tampered: with a long keep-alive the same idle connection stays open."""
     async with raw_server(replying(ok(), ok())) as (origin, accepted):
         connections = pool(keepalive_seconds=30.0)
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         await asyncio.sleep(0.3)
-        await connections.request(origin, GET, deadline=soon())
+        await get(connections, origin)
         assert len(accepted) == 1
         await connections.aclose()
 
@@ -465,14 +469,14 @@ async def test_against_uvicorn_many_calls_share_connections() -> None:
         connections = pool()
         for n in range(20):
             body = b'{"n":%d}' % n
-            head = request_head(
-                "POST",
-                "/echo",
-                host=origin.host_header,
-                headers=b"Authorization: Bearer t\r\nContent-Type: application/json\r\n",
-                body=body,
+            headers = [
+                (b"Host", origin.host_header.encode()),
+                (b"Authorization", b"Bearer t"),
+                (b"Content-Type", b"application/json"),
+            ]
+            response = await connections.request(
+                origin, b"POST", b"/echo", headers, body, deadline=soon()
             )
-            response = await connections.request(origin, head + body, deadline=soon())
             assert response.status == 200
             assert response.body == b'{"got":{"n":%d},"auth":"Bearer t"}' % n
         assert len(peers) == 1
@@ -515,12 +519,12 @@ async def test_tls_to_a_local_server(tmp_path: Path) -> None:
     origin = Origin("https", "127.0.0.1", server.sockets[0].getsockname()[1])
     try:
         trusting = pool(ssl_context=ssl.create_default_context(cafile=str(cert)))
-        response = await trusting.request(origin, GET, deadline=soon())
+        response = await get(trusting, origin)
         assert response.body == b"secret"
         await trusting.aclose()
         untrusting = pool()  # the system's CAs: the self-signed cert is refused
         with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
-            await untrusting.request(origin, GET, deadline=soon())
+            await get(untrusting, origin)
         await untrusting.aclose()
     finally:
         server.close()

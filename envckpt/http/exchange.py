@@ -1,0 +1,338 @@
+"""One HTTP/1.1 request and its reply on a kept-alive socket, framed by h11.
+
+``connections.ConnectionPool`` keeps the sockets; this module frames what
+goes over one of them with h11's public ``Connection`` (client role), so
+status lines, header syntax, transfer codings and where a reply ends are
+h11's verdict, not a hand-written parser's::
+
+    wire = await connect(origin_host, port, limits=ReplyLimits(), ssl_context=None)
+    response, reusable = await exchange(wire, b"GET", b"/x", headers, None, ReplyLimits())
+    response.status, response.body       # the reply, read whole
+
+A ``Wire`` is one socket with one ``h11.Connection`` kept for its whole life:
+after a clean exchange h11 starts its next cycle. ``reusable`` is true only
+when h11 reports both sides ``DONE``, the next cycle started, and not a byte
+past the reply is waiting; bytes that arrive while no exchange is waiting
+(a second reply nobody asked for) close the socket at once, so a pooled
+connection never hands a later call an earlier call's reply.
+
+What can go wrong, by what the caller can do about it:
+
+* ``ServerDisconnected``: the connection ended or was reset before a whole
+  reply arrived; ``stale`` when the socket was a pooled one (``reused``) and
+  not a byte of the reply had come, so the request may be sent again.
+* ``BadReply``: h11 refuses the reply (``RemoteProtocolError``: a malformed
+  status line, header or chunk, a header block over ``max_header_bytes``...),
+  or it is not one a control call accepts: a version other than HTTP/1.0 or
+  1.1, ``101 Switching Protocols``, both Transfer-Encoding and Content-Length
+  (a smuggling shape), or a body over ``max_body_bytes``.
+
+The socket's writes are one ``transport.write`` per request (head and body
+joined); TCP_NODELAY is set, so a small request goes out at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import cast
+
+import h11
+
+MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+Headers = list[tuple[bytes, bytes]]
+
+_VERSIONS = (b"1.1", b"1.0")
+
+
+class BadReply(Exception):
+    """The reply is not HTTP/1.x h11 and a control call accept, or is over the limits."""
+
+
+class ServerDisconnected(Exception):
+    """The connection ended before a whole reply arrived.
+
+    ``stale``: it was a pooled connection and no byte of the reply had come,
+    so the server closed it while idle and never saw the request.
+    """
+
+    def __init__(self, message: str, *, stale: bool) -> None:
+        super().__init__(message)
+        self.stale = stale
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_disconnected, (str(self), self.stale))
+
+
+def _disconnected(message: str, stale: bool) -> ServerDisconnected:
+    return ServerDisconnected(message, stale=stale)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyLimits:
+    """The largest header block (status line to the empty line, included) and body."""
+
+    max_header_bytes: int = MAX_HEADER_BYTES
+    max_body_bytes: int = MAX_BODY_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A whole reply: status, headers (names lower-cased, repeats joined by ``, ``), body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class Wire(asyncio.Protocol):
+    """One socket and its ``h11.Connection``; bytes go to h11 only while an exchange waits.
+
+    A protocol rather than a stream reader: received bytes are handed to h11
+    directly, and bytes that come when no exchange is listening are seen the
+    moment they arrive (the socket is closed: they answer nothing sent).
+    """
+
+    def __init__(self, limits: ReplyLimits) -> None:
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=limits.max_header_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.reused = False  # it carried an earlier exchange (a pooled connection)
+        self.idle_since = 0.0
+        self.listening = False
+        self.received = False  # a byte of the current reply came
+        self.ended = False  # the peer closed, the socket was lost, or stray bytes came
+        self.error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._gone = asyncio.Event()
+        self._writable: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol ----------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.listening:
+            # Bytes while idle would be read as the reply to the next request.
+            self.ended = True
+            self.close()
+            return
+        self.received = True
+        self.h11.receive_data(data)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.ended = True
+        self._wake()
+        return False  # let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended = True
+        if exc is not None and self.error is None:
+            self.error = exc
+        self._gone.set()
+        self._wake()
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None:
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        writable, self._writable = self._writable, None
+        if writable is not None and not writable.done():
+            writable.set_result(None)
+
+    # -- for the pool and the exchange ---------------------------------------------
+
+    async def send(self, data: bytes) -> None:
+        """One write; waits only when the transport's buffer is over its high-water mark."""
+        if self.transport is not None:
+            self.transport.write(data)
+        if self._writable is not None:
+            await self._writable
+
+    async def more(self) -> None:
+        """Until bytes or the connection's end arrive."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def alive(self) -> bool:
+        """Not closed by either side, and nothing received since the last reply."""
+        transport = self.transport
+        return not self.ended and transport is not None and not transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    async def wait_closed(self) -> None:
+        """Until the closed socket is gone (the transport reports ``connection_lost``)."""
+        if self.transport is not None:
+            await self._gone.wait()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+async def connect(
+    host: str, port: int, *, limits: ReplyLimits, ssl_context: ssl.SSLContext | None
+) -> Wire:
+    """A new ``Wire`` to ``host:port`` (TLS when ``ssl_context`` is given), with TCP_NODELAY.
+
+    Raises ``OSError`` (``ssl.SSLError`` included) as the event loop does.
+    """
+    loop = asyncio.get_running_loop()
+    _, wire = await loop.create_connection(
+        lambda: Wire(limits),
+        host,
+        port,
+        ssl=ssl_context,
+        server_hostname=host if ssl_context is not None else None,
+    )
+    sock = wire.transport.get_extra_info("socket") if wire.transport is not None else None
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return wire
+
+
+def request_bytes(
+    connection: h11.Connection, method: bytes, target: bytes, headers: Headers, body: bytes | None
+) -> bytes:
+    """The whole request (head, body, end) as h11 writes it, for one write.
+
+    ``headers`` hold ``Host`` and anything else but the length, which is added
+    here for a body. ``ValueError`` when h11 refuses a header or the target.
+    """
+    if body is not None:
+        headers = [*headers, (b"content-length", b"%d" % len(body))]
+    try:
+        head = connection.send(h11.Request(method=method, target=target, headers=headers)) or b""
+        if body:
+            head += connection.send(h11.Data(data=body)) or b""
+        connection.send(h11.EndOfMessage())  # writes nothing after a sized body; h11 is DONE
+        return head
+    except h11.LocalProtocolError as error:
+        raise ValueError(f"h11 refuses the request: {error}") from error
+
+
+async def exchange(
+    wire: Wire,
+    method: bytes,
+    target: bytes,
+    headers: Headers,
+    body: bytes | None,
+    limits: ReplyLimits,
+) -> tuple[HttpResponse, bool]:
+    """Send one request on ``wire`` and read its reply; whether ``wire`` may carry another."""
+    transport = wire.transport
+    if transport is None or not wire.alive():
+        raise ServerDisconnected("the connection was closed before sending", stale=wire.reused)
+    data = request_bytes(wire.h11, method, target, headers, body)
+    wire.received = False
+    wire.listening = True
+    try:
+        await wire.send(data)
+        response = await _read_reply(wire, limits)
+    finally:
+        wire.listening = False
+    return response, _next_cycle(wire)
+
+
+def _next_cycle(wire: Wire) -> bool:
+    """Start h11's next cycle if the exchange ended cleanly with nothing left over."""
+    connection = wire.h11
+    if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
+        return False  # Connection: close, HTTP/1.0, a body ended by the close...
+    connection.start_next_cycle()
+    left, closed = connection.trailing_data
+    return not left and not closed and wire.alive()
+
+
+async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
+    connection = wire.h11
+    status = 0
+    headers: dict[str, str] = {}
+    chunks: list[bytes] = []
+    size = 0
+    eof_given = False
+    while True:
+        try:
+            event = connection.next_event()
+        except h11.RemoteProtocolError as error:
+            if eof_given:  # what h11 still waited for will not come
+                raise _cut_short(wire, str(error)) from error
+            if error.error_status_hint == 431:  # h11's max_incomplete_event_size
+                limit = limits.max_header_bytes
+                raise BadReply(f"reply headers or a chunk line over {limit} bytes") from error
+            raise BadReply(f"h11: {error}") from error
+        if event is h11.NEED_DATA:
+            if wire.ended:
+                lost = wire.error
+                if lost is not None:
+                    raise _cut_short(wire, f"{type(lost).__name__}: {lost}") from lost
+                connection.receive_data(b"")  # the connection's end, for h11 to judge
+                eof_given = True
+            else:
+                await wire.more()
+        elif type(event) is h11.Data:
+            size += len(event.data)
+            if size > limits.max_body_bytes:
+                raise BadReply(f"reply body over {limits.max_body_bytes} bytes")
+            chunks.append(event.data)
+        elif type(event) is h11.Response:
+            status = event.status_code
+            headers = _final_head(event, limits)
+        elif type(event) is h11.EndOfMessage:
+            return HttpResponse(status, headers, b"".join(chunks))
+        elif type(event) is h11.InformationalResponse:
+            if event.status_code == 101:
+                raise BadReply("101 Switching Protocols is not a reply to a control call")
+            # 100 Continue, 103 Early Hints...: the final reply follows.
+        elif type(event) is h11.ConnectionClosed:
+            raise _cut_short(wire, "the server closed the connection")
+        else:  # PAUSED cannot come before EndOfMessage in the client role
+            raise BadReply(f"unexpected h11 event {event!r}")
+
+
+def _final_head(event: h11.Response, limits: ReplyLimits) -> dict[str, str]:
+    if event.http_version not in _VERSIONS:
+        raise BadReply(f"HTTP/{event.http_version.decode()} is not HTTP/1.0 or HTTP/1.1")
+    headers: dict[str, str] = {}
+    # h11 bounds only a head still incomplete; this bounds one that came whole.
+    # "HTTP/1.1 200 reason\r\n", "name: value\r\n" each, the empty line.
+    size = 17 + len(event.reason)
+    for name, value in event.headers:
+        size += len(name) + len(value) + 4
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    if size > limits.max_header_bytes:
+        raise BadReply(f"reply headers over {limits.max_header_bytes} bytes")
+    if "transfer-encoding" in headers and "content-length" in headers:
+        # RFC 9112 6.1: ought to be handled as an error (request smuggling).
+        raise BadReply("the reply has both Transfer-Encoding and Content-Length")
+    length = headers.get("content-length")
+    if length is not None and int(length) > limits.max_body_bytes:  # h11 checked the digits
+        raise BadReply(f"reply body of {length} bytes, over {limits.max_body_bytes}")
+    return headers
+
+
+def _cut_short(wire: Wire, reason: str) -> ServerDisconnected:
+    where = "in" if wire.received else "before"
+    # A pooled connection the server had closed never read the request.
+    return ServerDisconnected(
+        f"{reason} ({where} the reply)", stale=wire.reused and not wire.received
+    )

@@ -1,0 +1,83 @@
+"""A control reply's body as JSON, with a nesting limit checked before any decoder runs.
+
+``HttpTransport`` hands the coordinator the status, the parsed body and the
+raw text (``ControlReply``). A body that is not JSON (a plain-text 500, a
+proxy's HTML page) comes back as ``None`` with its text, as protocol.md asks
+the coordinator to report it. A body nested deeper than ``MAX_REPLY_DEPTH``
+is refused as ``TransportFailure`` before decoding: the standard library's
+decoder recurses once per level and would raise a bare ``RecursionError``
+(and a value that deep would blow up later in whatever walks it)::
+
+    reply = control_reply(200, b'{"kind": "model"}')     # ControlReply(200, {...}, raw=...)
+    control_reply(200, b"[" * 100_000)                    # TransportFailure
+
+Any other failure while decoding is the same ``TransportFailure``: nothing
+but that and ``None`` ever leaves here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NoReturn
+
+import orjson
+
+from envckpt.coordination.transport import ControlReply, TransportFailure
+
+# Control replies are flat records: a few levels at most. Far below the
+# depth at which any decoder or walker of the value would recurse too deep.
+MAX_REPLY_DEPTH = 64
+
+# A whole string (escapes included), a lone quote (an unterminated string),
+# or a bracket: brackets inside strings do not nest.
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\[\]{}]')
+
+
+def nests_deeper(data: bytes, limit: int = MAX_REPLY_DEPTH) -> bool:
+    """Whether ``data``'s arrays and objects nest more than ``limit`` deep; no recursion.
+
+    Fewer than ``limit`` brackets in all cannot nest deeper (two C-speed
+    counts: every control reply); otherwise one scan skips strings, and stops
+    at an unterminated one (not JSON at all: the decoder refuses it).
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    depth = 0
+    for match in _TOKENS.finditer(data):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in (b"]", b"}"):
+            depth -= 1
+        elif token == b'"':
+            break
+    return False
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_reply(data: bytes, text: str) -> Any:
+    """The JSON value of a reply body, ``None`` if it is not JSON; ``TransportFailure`` else."""
+    if nests_deeper(data):
+        raise TransportFailure(f"the reply body nests deeper than {MAX_REPLY_DEPTH} levels")
+    try:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            # orjson refuses some valid JSON (integers beyond 64 bits); NaN stays refused.
+            return json.loads(text, parse_constant=_refuse_constant)
+    except ValueError:
+        return None  # not JSON: the raw text tells the coordinator what came
+    except (RecursionError, MemoryError, TypeError) as error:
+        raise TransportFailure(f"the reply body cannot be decoded: {error!r}") from error
+
+
+def control_reply(status: int, data: bytes) -> ControlReply:
+    """``ControlReply`` of a status and body: parsed JSON (or ``None``) and the raw text."""
+    text = data.decode("utf-8", errors="replace")
+    return ControlReply(status, decode_reply(data, text), raw=text)
