@@ -151,8 +151,12 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
     _section(f"snapshot pause: {settings.fleet} server processes per variant, starting")
     started = time.perf_counter()
     with (
-        Fleet("envckpt", count=settings.fleet, workdir=workdir, token=TOKEN) as envckpt,
-        Fleet("floor", count=settings.fleet, workdir=workdir, token=TOKEN) as floor,
+        Fleet(
+            "envckpt", count=settings.fleet, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as envckpt,
+        Fleet(
+            "floor", count=settings.fleet, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as floor,
     ):
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
