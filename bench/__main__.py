@@ -34,13 +34,18 @@ from typing import Any
 import structlog
 
 from bench.stats import Ratio, Summary
+from bench.targets import verdicts
 
 KEYS = (
     "pause_over_floor_1",
     "pause_over_floor_8",
     "pause_over_floor_32",
+    "pause_over_floor_256",
+    "pause_over_floor_1000",
     "pause_over_floor_large_state_8",
     "coordinator_over_raw_client",
+    "coordinator_cpu_us_per_call_32",
+    "coordinator_cpu_over_raw_32",
     "store_over_raw",
     "restore_peak_mib_20mb",
     "restore_peak_mib_200mb",
@@ -59,6 +64,9 @@ class Settings:
     fleet: int
     counts: tuple[tuple[int, int], ...]
     rounds: tuple[int, ...]
+    # The large deployments: (nominal, instances, rounds), ``per_process`` to a process.
+    packed: tuple[tuple[int, int, int], ...]
+    per_process: int
     large_count: int
     large_state_bytes: int
     large_rounds: int
@@ -77,6 +85,8 @@ MODES = {
         fleet=2,
         counts=((1, 1), (8, 2), (32, 2)),
         rounds=(1, 1, 1),
+        packed=((256, 4, 1), (1000, 6, 1)),
+        per_process=3,
         large_count=2,
         large_state_bytes=10_000,
         large_rounds=1,
@@ -92,6 +102,8 @@ MODES = {
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
         rounds=(40, 40, 24),
+        packed=((256, 256, 3), (1000, 1000, 2)),
+        per_process=32,
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=4,
@@ -107,6 +119,8 @@ MODES = {
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
         rounds=(60, 60, 36),
+        packed=((256, 256, 5), (1000, 1000, 3)),
+        per_process=32,
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=8,
@@ -120,6 +134,8 @@ MODES = {
     ),
 }
 EPISODES = 100
+# Control round trips per instance and snapshot: prepare, commit, resume to 3 participants.
+CALLS_PER_INSTANCE = 9
 
 
 def _load() -> str:
@@ -182,9 +198,13 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
+            per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+            print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)")
             if nominal == settings.counts[-1][0]:
                 # Where the coordinator is busiest: the figure the target is about.
                 figures["coordinator_over_raw_client"] = coordinator.value
+                figures[f"coordinator_cpu_us_per_call_{nominal}"] = per_call
+                figures[f"coordinator_cpu_over_raw_{nominal}"] = coordinator_cpu.value
         count, state_bytes = settings.large_count, settings.large_state_bytes
         _section(f"snapshot pause, {count} instances x 3, {EPISODES} x {state_bytes // 1000} KB")
         for fleet in (envckpt, floor):
@@ -207,6 +227,52 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         print(f"  pause/floor      {ratio.describe()}")
         print(f"   (all CPU)       {all_cpu.describe()}", flush=True)
         figures["pause_over_floor_large_state_8"] = ratio.value
+    _packed(settings, workdir, root, figures)
+
+
+def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, float]) -> None:
+    """The pause at large deployments: ``per_process`` instances packed in each process."""
+    from bench import pause
+    from bench.fleet import Fleet
+
+    for nominal, count, rounds in settings.packed:
+        per = settings.per_process
+        _section(f"snapshot pause, {count} instances x 3, {per} instances per server process")
+        started = time.perf_counter()
+        packed = workdir / f"packed-{nominal}"
+        with (
+            Fleet(
+                "envckpt",
+                count=count,
+                workdir=packed,
+                token=TOKEN,
+                checkpoint_root=root,
+                per_process=per,
+            ) as envckpt,
+            Fleet(
+                "floor",
+                count=count,
+                workdir=packed,
+                token=TOKEN,
+                checkpoint_root=root,
+                per_process=per,
+            ) as floor,
+        ):
+            print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
+            runs, cpu = asyncio.run(
+                pause.measure(
+                    envckpt, floor, count=count, rounds=rounds, root=root, with_raw_envckpt=False
+                )
+            )
+        for name, values in runs.items():
+            _line(name, values)
+        _cpu_lines(cpu)
+        ratio = Ratio.of(runs["envckpt"], runs["floor"])
+        per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+        print(f"  pause/floor      {ratio.describe()}")
+        print(f"   (all CPU)       {Ratio.of(cpu['envckpt total'], cpu['floor total']).describe()}")
+        print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)", flush=True)
+        figures[f"pause_over_floor_{nominal}"] = ratio.value
 
 
 def _store(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
@@ -361,9 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     # --quick has a time budget (under 4 minutes here): where it went.
     spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in took.items())
     print(f"\n== figures ({mode}, {time.perf_counter() - started:.0f} s: {spent}; {_load()})")
-    for key in KEYS:
-        if key in figures:
-            print(f"  {key:<32} {figures[key]:.4g}")
+    print("  targets (issue 24; printed, not asserted):")
+    for line in verdicts(figures):
+        print(line)
     if args.json is not None:
         missing = [key for key in KEYS if key not in figures]
         if missing:
