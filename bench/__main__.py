@@ -280,7 +280,7 @@ def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, fl
 def _store(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
     from bench import store_write
 
-    _section(f"records write, {settings.store_mb:g} MB: envckpt store vs orjson + write + fsync")
+    _section(f"records write, {settings.store_mb:g} MB: envckpt store vs a streamed orjson writer")
     runs, megabytes = store_write.measure(
         workdir, size_mb=settings.store_mb, rounds=settings.store_rounds
     )
