@@ -34,13 +34,18 @@ from typing import Any
 import structlog
 
 from bench.stats import Ratio, Summary
+from bench.targets import verdicts
 
 KEYS = (
     "pause_over_floor_1",
     "pause_over_floor_8",
     "pause_over_floor_32",
+    "pause_over_floor_256",
+    "pause_over_floor_1000",
     "pause_over_floor_large_state_8",
     "coordinator_over_raw_client",
+    "coordinator_cpu_us_per_call_32",
+    "coordinator_cpu_over_raw_32",
     "store_over_raw",
     "restore_peak_mib_20mb",
     "restore_peak_mib_200mb",
@@ -59,6 +64,9 @@ class Settings:
     fleet: int
     counts: tuple[tuple[int, int], ...]
     rounds: tuple[int, ...]
+    # The large deployments: (nominal, instances, rounds), ``per_process`` to a process.
+    packed: tuple[tuple[int, int, int], ...]
+    per_process: int
     large_count: int
     large_state_bytes: int
     large_rounds: int
@@ -77,6 +85,8 @@ MODES = {
         fleet=2,
         counts=((1, 1), (8, 2), (32, 2)),
         rounds=(1, 1, 1),
+        packed=((256, 4, 1), (1000, 6, 1)),
+        per_process=3,
         large_count=2,
         large_state_bytes=10_000,
         large_rounds=1,
@@ -92,6 +102,8 @@ MODES = {
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
         rounds=(40, 40, 24),
+        packed=((256, 256, 3), (1000, 1000, 2)),
+        per_process=32,
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=4,
@@ -107,6 +119,8 @@ MODES = {
         fleet=32,
         counts=((1, 1), (8, 8), (32, 32)),
         rounds=(60, 60, 36),
+        packed=((256, 256, 5), (1000, 1000, 3)),
+        per_process=32,
         large_count=8,
         large_state_bytes=100_000,
         large_rounds=8,
@@ -120,6 +134,10 @@ MODES = {
     ),
 }
 EPISODES = 100
+# 200 MB in 233,000 records (issue 24's realistic rollout store).
+RESTORE_STATE_BYTES = 858
+# Control round trips per instance and snapshot: prepare, commit, resume to 3 participants.
+CALLS_PER_INSTANCE = 9
 
 
 def _load() -> str:
@@ -151,8 +169,12 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
     _section(f"snapshot pause: {settings.fleet} server processes per variant, starting")
     started = time.perf_counter()
     with (
-        Fleet("envckpt", count=settings.fleet, workdir=workdir, token=TOKEN) as envckpt,
-        Fleet("floor", count=settings.fleet, workdir=workdir, token=TOKEN) as floor,
+        Fleet(
+            "envckpt", count=settings.fleet, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as envckpt,
+        Fleet(
+            "floor", count=settings.fleet, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as floor,
     ):
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
@@ -178,9 +200,13 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
+            per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+            print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)")
             if nominal == settings.counts[-1][0]:
                 # Where the coordinator is busiest: the figure the target is about.
                 figures["coordinator_over_raw_client"] = coordinator.value
+                figures[f"coordinator_cpu_us_per_call_{nominal}"] = per_call
+                figures[f"coordinator_cpu_over_raw_{nominal}"] = coordinator_cpu.value
         count, state_bytes = settings.large_count, settings.large_state_bytes
         _section(f"snapshot pause, {count} instances x 3, {EPISODES} x {state_bytes // 1000} KB")
         for fleet in (envckpt, floor):
@@ -203,12 +229,58 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         print(f"  pause/floor      {ratio.describe()}")
         print(f"   (all CPU)       {all_cpu.describe()}", flush=True)
         figures["pause_over_floor_large_state_8"] = ratio.value
+    _packed(settings, workdir, root, figures)
+
+
+def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, float]) -> None:
+    """The pause at large deployments: ``per_process`` instances packed in each process."""
+    from bench import pause
+    from bench.fleet import Fleet
+
+    for nominal, count, rounds in settings.packed:
+        per = settings.per_process
+        _section(f"snapshot pause, {count} instances x 3, {per} instances per server process")
+        started = time.perf_counter()
+        packed = workdir / f"packed-{nominal}"
+        with (
+            Fleet(
+                "envckpt",
+                count=count,
+                workdir=packed,
+                token=TOKEN,
+                checkpoint_root=root,
+                per_process=per,
+            ) as envckpt,
+            Fleet(
+                "floor",
+                count=count,
+                workdir=packed,
+                token=TOKEN,
+                checkpoint_root=root,
+                per_process=per,
+            ) as floor,
+        ):
+            print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
+            runs, cpu = asyncio.run(
+                pause.measure(
+                    envckpt, floor, count=count, rounds=rounds, root=root, with_raw_envckpt=False
+                )
+            )
+        for name, values in runs.items():
+            _line(name, values)
+        _cpu_lines(cpu)
+        ratio = Ratio.of(runs["envckpt"], runs["floor"])
+        per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+        print(f"  pause/floor      {ratio.describe()}")
+        print(f"   (all CPU)       {Ratio.of(cpu['envckpt total'], cpu['floor total']).describe()}")
+        print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)", flush=True)
+        figures[f"pause_over_floor_{nominal}"] = ratio.value
 
 
 def _store(settings: Settings, workdir: Path, figures: dict[str, float]) -> None:
     from bench import store_write
 
-    _section(f"records write, {settings.store_mb:g} MB: envckpt store vs orjson + write + fsync")
+    _section(f"records write, {settings.store_mb:g} MB: envckpt store vs a streamed orjson writer")
     runs, megabytes = store_write.measure(
         workdir, size_mb=settings.store_mb, rounds=settings.store_rounds
     )
@@ -240,28 +312,28 @@ def _restore(settings: Settings, workdir: Path, figures: dict[str, float]) -> No
             flush=True,
         )
 
-    # Both keys restore the same number of episodes (the smallest file's),
-    # the larger with larger states: what the figures compare is what grows
-    # with the records' bytes, which streaming keeps flat.
-    (_, few_mb) = settings.restore_mb[0]
+    # Both keys restore realistic records (200 MB in 233,000 records, as issue
+    # 24 sized a real rollout store: about 860 bytes of state each), so what
+    # the core keeps per episode shows in the figure.
     results: dict[int, dict[str, Any]] = {}
     for nominal, size_mb in settings.restore_mb:
-        state_bytes = int(restore_memory.STATE_BYTES * size_mb / few_mb)
         result = results[nominal] = restore_memory.measure(
-            workdir, size_mb=size_mb, state_bytes=state_bytes
+            workdir, size_mb=size_mb, state_bytes=RESTORE_STATE_BYTES
         )
-        show(result, f"  ({state_bytes / 1000:g} KB states)")
+        show(result, f"  ({RESTORE_STATE_BYTES} B states)")
         figures[f"restore_peak_mib_{nominal}mb"] = result["rss_mib"]
-    # The largest size again in as many small records as its bytes make:
-    # what grows with the number of episodes (the protocol keeps each one).
+    # The largest size again in few large records: what grows with the
+    # records' bytes (streaming keeps it flat) apart from what grows per episode.
     (nominal, many_mb) = settings.restore_mb[-1]
-    result = restore_memory.measure(workdir, size_mb=many_mb, traced=False)
-    extra = result["records"] - results[nominal]["records"]
-    per_episode = (result["rss_mib"] - results[nominal]["rss_mib"]) * 2**20 / max(1, extra)
+    few = restore_memory.measure(
+        workdir, size_mb=many_mb, state_bytes=RESTORE_STATE_BYTES * 50, traced=False
+    )
+    extra = results[nominal]["records"] - few["records"]
+    per_episode = (results[nominal]["rss_mib"] - few["rss_mib"]) * 2**20 / max(1, extra)
     show(
-        result,
-        f"  ({restore_memory.STATE_BYTES / 1000:g} KB states: about {per_episode:.0f} bytes"
-        " per episode more)",
+        few,
+        f"  ({RESTORE_STATE_BYTES * 50 / 1000:g} KB states: the {results[nominal]['records']}"
+        f" records above cost about {per_episode:.0f} bytes per episode more)",
     )
 
 
@@ -357,9 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     # --quick has a time budget (under 4 minutes here): where it went.
     spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in took.items())
     print(f"\n== figures ({mode}, {time.perf_counter() - started:.0f} s: {spent}; {_load()})")
-    for key in KEYS:
-        if key in figures:
-            print(f"  {key:<32} {figures[key]:.4g}")
+    print("  targets (issue 24; printed, not asserted):")
+    for line in verdicts(figures):
+        print(line)
     if args.json is not None:
         missing = [key for key in KEYS if key not in figures]
         if missing:

@@ -2,21 +2,27 @@
 
 The hooks hold the same parked states as the floor (``bench/states.py``),
 keyed by episode; the routes are envckpt's own ``mount_participant``, lease
-watchdog included, exactly as a Gym server mounts them.
+watchdog included, confined to a checkpoint root, on envckpt's ``new_app``:
+exactly as ``python -m envckpt.sim.server`` serves a participant.
 
-    app = envckpt_app(server_name="policy", kind="model", token=token, states=states)
+    app, hooks = envckpt_app(
+        server_name="policy", kind="model", token=token, states=states, checkpoint_root=root
+    )
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
 from bench.states import commit_extras
 from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.http.apps import new_app
 from envckpt.http.routes import mount_participant
+from envckpt.participant.confinement import RequestBounds
 from envckpt.participant.core import ParticipantCore
 
 
@@ -84,12 +90,18 @@ def envckpt_core(
 
 
 def envckpt_app(
-    *, server_name: str, kind: str, token: str, states: Mapping[str, dict[str, Any]]
+    *,
+    server_name: str,
+    kind: str,
+    token: str,
+    states: Mapping[str, dict[str, Any]],
+    checkpoint_root: Path,
 ) -> tuple[FastAPI, ParkedStates]:
-    """A FastAPI app with envckpt's control routes over a core holding ``states``; its hooks."""
-    app = FastAPI()
+    """A FastAPI app with envckpt's control routes over a core holding ``states``, confined
+    to ``checkpoint_root`` as ``envckpt.sim.gym_servers`` confines its participants; its hooks."""
+    app = new_app()
     core = envckpt_core(server_name=server_name, kind=kind, states=states)
-    # The bench measures the protocol; confinement (a path check per commit) is tested elsewhere.
-    mount_participant(app, core, token=token, unconfined=True)
+    core.bounds = RequestBounds.under(checkpoint_root)
+    mount_participant(app, core, token=token)
     assert isinstance(core.hooks, ParkedStates)
     return app, core.hooks

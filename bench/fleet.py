@@ -1,8 +1,11 @@
 """Start and stop many benchmark server processes (``bench/server_process.py``).
 
-    with Fleet("floor", count=32, workdir=tmp, token=token) as fleet:
+    with Fleet("floor", count=32, workdir=tmp, token=token, checkpoint_root=root) as fleet:
         fleet.urls[0]      # {"policy": "http://127.0.0.1:...", "agent": ..., "resources": ...}
         fleet.set_states(episodes=100, state_bytes=100_000)
+
+``per_process=K`` packs K instances into each process (``count`` stays the
+number of instances), as a large deployment does.
 
 Processes start concurrently; each writes a ready file once it listens. On
 exit every process gets SIGTERM, then SIGKILL if it lingers.
@@ -34,7 +37,7 @@ def child_env() -> dict[str, str]:
 
 
 class Fleet:
-    """``count`` server processes of one variant, one Gym instance each."""
+    """``count`` Gym instances of one variant, ``per_process`` to a server process."""
 
     def __init__(
         self,
@@ -43,6 +46,8 @@ class Fleet:
         count: int,
         workdir: Path,
         token: str,
+        checkpoint_root: Path,
+        per_process: int = 1,
         episodes: int = 100,
         state_bytes: int = 1000,
         log: bool = True,
@@ -52,6 +57,9 @@ class Fleet:
         self.count = count
         self.workdir = workdir / f"fleet-{variant}"
         self.token = token
+        self.checkpoint_root = checkpoint_root
+        self.per_process = per_process
+        self.processes = -(-count // per_process)
         self.episodes = episodes
         self.state_bytes = state_bytes
         self.log = log
@@ -61,7 +69,7 @@ class Fleet:
 
     def __enter__(self) -> Fleet:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        ready = [self.workdir / f"ready-{index}.json" for index in range(self.count)]
+        ready = [self.workdir / f"ready-{index}.json" for index in range(self.processes)]
         try:
             for index, path in enumerate(ready):
                 command = [
@@ -74,6 +82,10 @@ class Fleet:
                     self.token,
                     "--ready-file",
                     str(path),
+                    "--checkpoint-root",
+                    str(self.checkpoint_root),
+                    "--instances",
+                    str(min(self.per_process, self.count - index * self.per_process)),
                     "--episodes",
                     str(self.episodes),
                     "--state-bytes",
@@ -87,14 +99,16 @@ class Fleet:
                     subprocess.Popen(command, env=child_env(), stdin=subprocess.DEVNULL)
                 )
             self.urls = [
-                self._wait_ready(path, proc) for path, proc in zip(ready, self._procs, strict=True)
+                urls
+                for path, proc in zip(ready, self._procs, strict=True)
+                for urls in self._wait_ready(path, proc)
             ]
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ready(self, path: Path, proc: subprocess.Popen[bytes]) -> dict[str, str]:
+    def _wait_ready(self, path: Path, proc: subprocess.Popen[bytes]) -> list[dict[str, str]]:
         give_up = time.monotonic() + START_TIMEOUT_SECONDS
         while not path.exists():
             if proc.poll() is not None:
@@ -102,7 +116,7 @@ class Fleet:
             if time.monotonic() > give_up:
                 raise RuntimeError(f"{self.variant} server did not start in time")
             time.sleep(0.02)
-        urls: dict[str, str] = json.loads(path.read_text())
+        urls: list[dict[str, str]] = json.loads(path.read_text())
         return urls
 
     def set_states(self, *, episodes: int, state_bytes: int, instances: int) -> None:
@@ -123,9 +137,9 @@ class Fleet:
         self.episodes, self.state_bytes = episodes, state_bytes
 
     def cpu_seconds(self, instances: int) -> float:
-        """User + system CPU seconds used so far by the first ``instances`` processes."""
+        """User + system CPU seconds used so far by the processes of the first ``instances``."""
         total = 0
-        for proc in self._procs[:instances]:
+        for proc in self._procs[: -(-instances // self.per_process)]:
             with open(f"/proc/{proc.pid}/stat", encoding="ascii") as stat:
                 # Fields after the command name (which may hold spaces): utime is
                 # the 14th field of the line, stime the 15th.

@@ -6,8 +6,9 @@ server as a Gym participant:
 
 * prepare and resume: authenticate, parse the body, answer a fixed reply;
 * commit: authenticate, parse the body, encode every in-scope state with the
-  fastest encoder (orjson), hash the bytes (the records file is named by its
-  sha256), and publish exactly as the protocol's store layout requires, with
+  fastest encoder (orjson) and stream it to the file and the hash as it goes
+  (``bench/streamed.py``; the records file is named by its sha256), and
+  publish exactly as the protocol's store layout requires, with
   the same file operations and fsyncs as envckpt's store: each missing
   directory made and its parent synced, records written to a temp file,
   synced, renamed to ``records-<sha256>.jsonl``, directory synced, manifest
@@ -23,9 +24,9 @@ envckpt: a floor built from the code it measures would flatter it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import orjson
 from fastapi import FastAPI, Request, Response
 
 from bench.states import commit_extras
+from bench.streamed import write_streamed
 
 PREFIX = "/ng-control/v1/checkpoint"
 _JSON = "application/json"
@@ -88,15 +90,13 @@ def publish(
     kind: str,
     instance: str,
     checkpoint_id: str,
-    records: list[bytes],
+    records: Iterable[bytes],
 ) -> dict[str, Any]:
-    """Write one participant's records and manifest durably; return the manifest."""
+    """Write one participant's records (streamed) and manifest durably; return the manifest."""
     _make_dirs(directory)
-    data = b"\n".join(records) + b"\n" if records else b""
-    digest = hashlib.sha256(data).hexdigest()
-    records_name = f"records-{digest}.jsonl"
     tmp = directory / f".records-{uuid.uuid4().hex}.tmp"
-    _write_file(tmp, data)
+    digest, count = write_streamed(tmp, records)
+    records_name = f"records-{digest}.jsonl"
     os.replace(tmp, directory / records_name)
     _fsync_dir(directory)
     # Gym's seven manifest fields, nothing else.
@@ -107,7 +107,7 @@ def publish(
         "checkpoint_id": checkpoint_id,
         "records_file": records_name,
         "records_sha256": digest,
-        "record_count": len(records),
+        "record_count": count,
     }
     body = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
     tmp = directory / f".manifest-{uuid.uuid4().hex}.tmp"
@@ -167,10 +167,10 @@ def floor_app(
 
         def write() -> dict[str, Any]:
             # Gym's record envelope: the episode id, then the state's own fields.
-            records = [
+            records = (
                 orjson.dumps({"episode_id": {"rollout_id": key, "attempt": 0}, **s})
                 for key, s in chosen
-            ]
+            )
             directory = Path(body["checkpoint_dir"]) / "gym" / kind / server_name
             return publish(
                 directory,

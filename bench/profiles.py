@@ -1,6 +1,6 @@
 """Where the time goes: one benchmark workload under cProfile, summarised by package.
 
-    python -m bench.profiles coordinator [--instances 32] [--cycles 10]
+    python -m bench.profiles coordinator [--instances 32] [--per-process 1] [--cycles 10]
     python -m bench.profiles server|floor-server|participant [--cycles 10]
     python -m bench.profiles store|restore|logging|scale [--top 25]
 
@@ -77,7 +77,7 @@ def report(profile: cProfile.Profile | pstats.Stats, *, top: int) -> None:
 
 
 async def _coordinator(
-    instances: int, cycles: int, workdir: Path, profile: cProfile.Profile
+    instances: int, cycles: int, workdir: Path, profile: cProfile.Profile, *, per_process: int
 ) -> None:
     from bench import pause
     from bench.fleet import Fleet
@@ -85,8 +85,15 @@ async def _coordinator(
     root = workdir / "checkpoints"
     root.mkdir()
     with (
-        Fleet("envckpt", count=instances, workdir=workdir, token=TOKEN) as envckpt,
-        Fleet("floor", count=1, workdir=workdir, token=TOKEN) as floor,
+        Fleet(
+            "envckpt",
+            count=instances,
+            workdir=workdir,
+            token=TOKEN,
+            checkpoint_root=root,
+            per_process=per_process,
+        ) as envckpt,
+        Fleet("floor", count=1, workdir=workdir, token=TOKEN, checkpoint_root=root) as floor,
     ):
         driver = pause._Driver(envckpt, floor, count=instances, root=root)
         await driver.start()
@@ -110,8 +117,22 @@ async def _server(workdir: Path, cycles: int, variant: str) -> pstats.Stats:
     profiles = workdir / "profiles"
     profiles.mkdir()
     with (
-        Fleet("envckpt", count=1, workdir=workdir, token=TOKEN, profile_dir=profiles) as envckpt,
-        Fleet("floor", count=1, workdir=workdir, token=TOKEN, profile_dir=profiles) as floor,
+        Fleet(
+            "envckpt",
+            count=1,
+            workdir=workdir,
+            token=TOKEN,
+            checkpoint_root=root,
+            profile_dir=profiles,
+        ) as envckpt,
+        Fleet(
+            "floor",
+            count=1,
+            workdir=workdir,
+            token=TOKEN,
+            checkpoint_root=root,
+            profile_dir=profiles,
+        ) as floor,
     ):
         driver = pause._Driver(envckpt, floor, count=1, root=root)
         await driver.start()
@@ -154,7 +175,11 @@ def _run(target: str, args: argparse.Namespace, workdir: Path) -> cProfile.Profi
         variant = "envckpt" if target == "server" else "floor"
         return asyncio.run(_server(workdir, args.cycles, variant))
     if target == "coordinator":
-        asyncio.run(_coordinator(args.instances, args.cycles, workdir, profile))
+        asyncio.run(
+            _coordinator(
+                args.instances, args.cycles, workdir, profile, per_process=args.per_process
+            )
+        )
     elif target == "participant":
         asyncio.run(_participant(profile, workdir, args.cycles))
     elif target == "store":
@@ -195,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profiles")
     parser.add_argument("target", choices=TARGETS)
     parser.add_argument("--instances", type=int, default=32)
+    parser.add_argument("--per-process", type=int, default=1, help="instances per server")
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)

@@ -14,10 +14,10 @@ heap:
 
 The restore streams: its memory does not grow with the file's bytes, only
 with the number of episodes it restores (the reply lists each one, the
-attempt fence keeps each one, about 250 bytes apiece). ``state_bytes``
-tells the two apart, and the bench's two keys use it: both restore 5,000
-episodes, 20 MB of 4 KB states and 200 MB of 40 KB states; a third line
-shows 200 MB in 50,000 records of 4 KB and the bytes per extra episode.
+attempt fence keeps each one). ``state_bytes`` tells the two apart: the
+bench's keys restore realistic records (200 MB in 233,000 records of about
+860 bytes of state), and a third line the same bytes in few large records,
+which gives the bytes kept per extra episode.
 
     figures = measure(workdir, size_mb=200)     # {"rss_mib", "tracemalloc_mib", "seconds", ...}
     figures = measure(workdir, size_mb=200, state_bytes=40_000, traced=False)

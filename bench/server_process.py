@@ -1,18 +1,23 @@
-"""One benchmark Gym instance as its own process: three participants, three uvicorn servers.
+"""Benchmark Gym instances in one process: three participants, three uvicorn servers each.
 
-Like ``python -m envckpt.sim.server``, one process serves one deployment: the
+Like ``python -m envckpt.sim.server``, one process serves a deployment: the
 policy model, the agent and the resources server, each a FastAPI app on its
-own port, all on one event loop. ``--variant`` picks what answers the control
+own port, all on one event loop; ``--instances K`` packs K such instances into
+the process, as a large deployment packs them (the 256 and 1000 instance
+figures). ``--variant`` picks what answers the control
 routes: ``envckpt`` (a ``ParticipantCore`` behind ``mount_participant``) or
 ``floor`` (``bench/floor_app.py``, no envckpt code; this module imports
 envckpt only for the envckpt variant)::
 
     python -m bench.server_process --variant floor --token T --ready-file r.json \\
-        [--episodes 100] [--state-bytes 1000] [--log-file transitions.jsonl] [--profile out.prof]
+        --checkpoint-root DIR [--instances 1] [--episodes 100] [--state-bytes 1000] \\
+        [--log-file transitions.jsonl] [--profile out.prof]
 
-The ready file gets ``{"policy": url, "agent": url, "resources": url}`` once
-every server listens. ``POST /bench/states`` with ``{"episodes", "state_bytes"}``
-replaces the parked states of a participant between snapshots. SIGTERM stops.
+envckpt's participants are confined to ``--checkpoint-root`` (as the sim
+server confines them). The ready file gets a list of ``{"policy": url,
+"agent": url, "resources": url}``, one per instance, once every server listens.
+``POST /bench/states`` with ``{"episodes", "state_bytes"}`` replaces the parked
+states of a participant between snapshots. SIGTERM stops.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _app(variant: str, name: str, kind: str, token: str, states: dict[str, Any]) -> FastAPI:
+def _app(
+    variant: str, name: str, kind: str, token: str, states: dict[str, Any], root: Path
+) -> FastAPI:
     replace: Callable[[dict[str, Any]], None]
     if variant == "floor":
         from bench.floor_app import floor_app
@@ -64,7 +71,9 @@ def _app(variant: str, name: str, kind: str, token: str, states: dict[str, Any])
     else:
         from bench.envckpt_app import envckpt_app
 
-        app, hooks = envckpt_app(server_name=name, kind=kind, token=token, states=states)
+        app, hooks = envckpt_app(
+            server_name=name, kind=kind, token=token, states=states, checkpoint_root=root
+        )
         replace = hooks.replace
 
     @app.post("/bench/states")
@@ -95,10 +104,12 @@ async def serve(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     servers = []
-    for name, kind in PARTICIPANTS:
+    for index, (name, kind) in (
+        (index, participant) for index in range(args.instances) for participant in PARTICIPANTS
+    ):
         states = parked_states(args.episodes, state_bytes=args.state_bytes)
         config = uvicorn.Config(
-            _app(args.variant, name, kind, args.token, states),
+            _app(args.variant, name, kind, args.token, states, args.checkpoint_root),
             host="127.0.0.1",
             port=0,
             log_config=None,
@@ -106,21 +117,20 @@ async def serve(args: argparse.Namespace) -> None:
             access_log=False,
             lifespan="on",
         )
-        servers.append((name, _Server(config)))
-    tasks = [asyncio.create_task(server.serve()) for _, server in servers]
-    while not all(server.started for _, server in servers):
+        servers.append((index, name, _Server(config)))
+    tasks = [asyncio.create_task(server.serve()) for _, _, server in servers]
+    while not all(server.started for _, _, server in servers):
         if any(task.done() for task in tasks):
             raise SystemExit("a server failed to start")
         await asyncio.sleep(0.01)
-    urls = {
-        name: f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        for name, server in servers
-    }
+    urls: list[dict[str, str]] = [{} for _ in range(args.instances)]
+    for index, name, server in servers:
+        urls[index][name] = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     tmp = args.ready_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(urls))
     os.replace(tmp, args.ready_file)
     await stop.wait()
-    for _, server in servers:
+    for _, _, server in servers:
         server.should_exit = True
     await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -130,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=("envckpt", "floor"), required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--ready-file", type=Path, required=True)
+    parser.add_argument("--checkpoint-root", type=Path, required=True)
+    parser.add_argument("--instances", type=int, default=1, help="Gym instances in this process")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--state-bytes", type=int, default=1000)
     parser.add_argument("--log-file", type=Path, default=None)

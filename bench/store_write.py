@@ -1,4 +1,4 @@
-"""Records write throughput: envckpt's store against orjson + write + fsync.
+"""Records write throughput: envckpt's store against a streamed orjson writer.
 
 Both variants write the same records (Gym's envelope, ``{"episode_id":
 {...}, ...state}`` per parked episode, as a commit does) to a fresh
@@ -8,7 +8,8 @@ directory on the same disk:
   episode (orjson, NaN refused) into ``write_checkpoint`` (hash, temp file,
   fsync, rename, manifest, directory fsyncs);
 * ``raw``: the fastest encoder installed (orjson), one line per record,
-  one write, one fsync: no NaN check, no digest, no manifest, no rename.
+  streamed through a buffered file and sha256 as it goes, one fsync
+  (``bench/streamed.py``): no NaN check, no manifest, no rename.
 
 Runs alternate, each after the previous output is deleted and the disk
 synced. ``store_over_raw`` = raw seconds / store seconds (a throughput ratio,
@@ -30,6 +31,7 @@ import orjson
 
 from bench.states import parked_states
 from bench.stats import interleave
+from bench.streamed import write_streamed
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.store import envelope_line, write_checkpoint
 
@@ -56,22 +58,12 @@ def store_write(directory: Path, exported: Exported) -> None:
 
 
 def raw_write(directory: Path, exported: Exported) -> None:
-    """The same records encoded with orjson, written once and fsynced."""
+    """The same records encoded with orjson, streamed, hashed and fsynced."""
     directory.mkdir(parents=True)
-    data = (
-        b"\n".join(
-            [
-                orjson.dumps({"episode_id": episode.to_wire(), **state})
-                for episode, state in exported
-            ]
-        )
-        + b"\n"
+    write_streamed(
+        directory / "records.jsonl",
+        (orjson.dumps({"episode_id": episode.to_wire(), **state}) for episode, state in exported),
     )
-    with open(directory / "records.jsonl", "xb", buffering=0) as stream:
-        view = memoryview(data)
-        while view:
-            view = view[stream.write(view) :]
-        os.fsync(stream.fileno())
 
 
 def measure(workdir: Path, *, size_mb: float, rounds: int) -> tuple[dict[str, list[float]], float]:

@@ -170,3 +170,65 @@ def test_the_bound_moves_with_the_participants_clock() -> None:
     bounds.check_deadline(far_future + 3600.0, now=far_future)
     with pytest.raises(ParticipantError):
         bounds.check_deadline(far_future + 3601.0, now=far_future)
+
+
+def resolved_answer(root: Path, value: str) -> bool:
+    """The reference: both paths resolved in full, compared with the resolved root."""
+    real_root = Path(os.path.realpath(root))
+    own = Path(value) / "gym" / KIND / INSTANCE
+    return all(Path(os.path.realpath(path)).is_relative_to(real_root) for path in (value, str(own)))
+
+
+def accepted(bounds: RequestBounds, value: str) -> bool:
+    try:
+        bounds.check_checkpoint_dir(value, kind=KIND, instance=INSTANCE)
+    except ParticipantError:
+        return False
+    return True
+
+
+def test_the_quick_walk_answers_as_full_resolution_does(root: Path, tmp_path: Path) -> None:
+    """Paths with and without links, at every depth, missing or not: same answer as realpath."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / "real" / "gym" / KIND).mkdir(parents=True)
+    (root / "real" / "gym" / KIND / INSTANCE).symlink_to(outside)
+    (root / "ok" / "gym").mkdir(parents=True)
+    (root / "ok" / "gym" / KIND).symlink_to(root / "elsewhere")
+    (root / "file").write_text("not a directory")
+    (root / "alias").symlink_to(root / "ok")
+    values = [
+        root / "new",
+        root / "real",
+        root / "ok",
+        root / "alias",
+        root / "file",
+        root / "file" / "below",
+        root / "a" / "b",
+        tmp_path,
+        outside,
+    ]
+    bounds = RequestBounds.under(root)
+    answers = {str(value): accepted(bounds, str(value)) for value in values}
+    assert answers == {str(value): resolved_answer(root, str(value)) for value in values}
+    # The cases that matter, spelled out: a link at the instance level leads
+    # out; one inside the root does not.
+    assert not answers[str(root / "real")]
+    assert answers[str(root / "ok")]
+    assert answers[str(root / "alias")]
+
+
+def test_a_root_with_a_dotdot_after_a_link_is_resolved_as_the_kernel_does(
+    tmp_path: Path,
+) -> None:
+    """In "<link>/../r" the ".." applies after the link: the root is where it leads, not
+    the textual parent."""
+    target = tmp_path / "far" / "deep"
+    target.mkdir(parents=True)
+    (tmp_path / "far" / "r").mkdir()
+    (tmp_path / "near").mkdir()
+    (tmp_path / "near" / "r").mkdir()
+    (tmp_path / "near" / "link").symlink_to(target)
+    bounds = RequestBounds.under(f"{tmp_path}/near/link/../r")
+    assert accepted(bounds, str(tmp_path / "far" / "r" / "s-1"))
+    assert not accepted(bounds, str(tmp_path / "near" / "r" / "s-1"))
