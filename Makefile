@@ -39,8 +39,10 @@ $(MERMAID_STAMP): $(MERMAID)/package.json $(MERMAID)/package-lock.json
 	cd $(MERMAID) && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund
 	touch $@
 
+# make test: the long campaigns (marked slow) are left to make verify; two
+# workers, tests sharing a module's or session's servers kept on one (xdist_group).
 pytest: $(STAMP) $(MERMAID_STAMP)
-	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q $(PYTEST_ARGS)
+	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q -m "not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
@@ -53,7 +55,7 @@ bench: $(STAMP)
 BUILD := build
 verify: $(STAMP)
 	mkdir -p $(BUILD)
-	ENVCKPT_CAMPAIGNS=1 PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
+	ENVCKPT_CAMPAIGNS=1 ENVCKPT_HYPOTHESIS_PROFILE=thorough PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
 	tail -3 $(BUILD)/verify-pytest.txt
 	PYTHONPATH=tests $(BIN)/python -m model_check --quiet > $(BUILD)/model-check.txt; \
 	checked=$$?; cat $(BUILD)/model-check.txt; \

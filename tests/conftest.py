@@ -1,9 +1,13 @@
-"""Shared pytest configuration: hypothesis profiles, and the conformance suite's options.
+"""Shared pytest configuration: hypothesis profiles, xdist groups, and the conformance
+suite's options.
 
-``CI`` is loaded when the ``CI`` environment variable is set: derandomized (a
-failure reproduces on the next run), no per-example deadline (shared runners
-stall), and the failing example's blob printed for ``@reproduce_failure``.
-Modules keep their own ``max_examples`` and ``stateful_step_count``.
+Hypothesis runs the ``quick`` profile by default (``make test``: 25 examples where a
+test does not set its own count) and ``thorough`` under
+``ENVCKPT_HYPOTHESIS_PROFILE=thorough`` (``make verify``: hypothesis' 100). Tests
+that set ``max_examples`` scale it with ``helpers.examples.examples``. With the
+``CI`` environment variable set the chosen profile is also derandomized (a
+failure reproduces on the next run), has no per-example deadline (shared runners
+stall), and prints the failing example's blob for ``@reproduce_failure``.
 """
 
 from __future__ import annotations
@@ -16,16 +20,20 @@ import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+from helpers.examples import THOROUGH, thorough
+
+settings.register_profile("quick", max_examples=25)
+settings.register_profile(THOROUGH, max_examples=100)
+PROFILE = THOROUGH if thorough() else "quick"
 settings.register_profile(
     "CI",
+    parent=settings.get_profile(PROFILE),
     derandomize=True,
     deadline=None,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-
-if os.environ.get("CI"):
-    settings.load_profile("CI")
+settings.load_profile("CI" if os.environ.get("CI") else PROFILE)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -14,6 +14,8 @@ from envckpt.coordination.transport import ControlReply, TransportFailure
 from envckpt.errors import EnvckptError
 from envckpt.protocol import error_envelope
 
+from helpers.examples import examples
+
 
 def test_an_envelope_reply_is_described_by_its_code_and_detail() -> None:
     """The protocol's envelope gives ``code: detail`` and its code."""
@@ -82,7 +84,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(status=st.integers(100, 599), body=json_values, raw=st.text(max_size=300))
 def test_a_non_envelope_reply_is_described_by_status_and_at_most_200_bytes(
     status: int, body: Any, raw: str

@@ -20,6 +20,8 @@ from envckpt.coordination.types import (
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import STAGES, Kind, Mode
 
+from helpers.examples import examples
+
 
 def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
     return EnvironmentEpisode(rollout_id, attempt)
@@ -61,7 +63,7 @@ members = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(members=members, data=st.data())
 def test_participants_are_ordered_by_stage_then_name_whatever_the_input_order(
     members: list[Member], data: st.DataObject
@@ -164,7 +166,7 @@ restart_keys = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     per_server=st.dictionaries(st.sampled_from(("s1", "s2", "s3")), restart_keys, max_size=3),
     episodes=st.lists(st.builds(ep, st.sampled_from(("a", "b", "c")), st.integers(0, 2))),

@@ -19,6 +19,8 @@ from envckpt.demo.scenario import (
 )
 from envckpt.gym.instance import GymCheckpointInstance
 
+from helpers.examples import examples
+
 
 @st.composite
 def demo_settings(draw: st.DrawFn) -> DemoSettings:
@@ -85,7 +87,7 @@ def test_loading_an_edited_job_file_checks_it_again(tmp_path: Path) -> None:
         load_settings(path)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(demo=demo_settings())
 def test_tasks_are_numbered_spread_round_robin_and_within_the_turn_range(
     demo: DemoSettings,
@@ -100,7 +102,7 @@ def test_tasks_are_numbered_spread_round_robin_and_within_the_turn_range(
         assert demo.min_turns <= task.task["turns"] <= demo.max_turns
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(demo=demo_settings())
 def test_the_same_settings_always_make_the_same_tasks(demo: DemoSettings) -> None:
     """Both demo processes (and a rerun) derive identical tasks from the settings."""

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from envckpt.gym.instance import GymCheckpointInstance
 
+from helpers.examples import examples
+
 # Safe path components: anything but separators, NUL, "." and "..".
 shard_names = st.text(min_size=1, max_size=12).filter(
     lambda name: not ({"/", "\\", "\x00"} & set(name)) and name not in {".", ".."}
@@ -17,14 +19,14 @@ shard_names = st.text(min_size=1, max_size=12).filter(
 instances = st.builds(GymCheckpointInstance, shard_names, st.integers(0, 10_000))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(instance=instances)
 def test_parse_reads_back_every_instance_id(instance: GymCheckpointInstance) -> None:
     """parse(instance_id) gives the same instance back, for any legal shard and replica."""
     assert GymCheckpointInstance.parse(instance.instance_id) == instance
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(a=instances, b=instances)
 def test_two_instances_share_a_directory_only_if_they_are_the_same(
     a: GymCheckpointInstance, b: GymCheckpointInstance

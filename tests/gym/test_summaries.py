@@ -25,6 +25,8 @@ from envckpt.gym.summaries import (
     as_episodes,
 )
 
+from helpers.examples import examples
+
 
 def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
     return EnvironmentEpisode(rollout_id, attempt)
@@ -71,7 +73,7 @@ def test_a_commit_summary_refuses_an_attribution_of_an_uncommitted_key() -> None
 keys = st.frozensets(st.sampled_from(("k1", "k2", "k3", "k4")), max_size=4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(committed=keys, by_episode=st.dictionaries(episodes, keys.map(tuple), max_size=4))
 def test_a_commit_summary_is_accepted_exactly_when_the_attribution_covers_the_keys(
     committed: frozenset[str], by_episode: dict[EnvironmentEpisode, tuple[str, ...]]
@@ -104,7 +106,7 @@ def test_from_result_keeps_prepared_blockers_and_sorted_restarts() -> None:
     assert prepared.restarts == (ep("a", 1), ep("b"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     restarts=st.lists(episodes, max_size=4),
     scope=st.lists(episodes, max_size=6, unique=True),

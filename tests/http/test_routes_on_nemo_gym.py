@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from helpers.examples import examples
+
 pytest.importorskip("nemo_gym.episode_types")
 
 import httpx
@@ -214,7 +216,7 @@ SUFFIXED = st.builds(
 ANY_TEXT = st.text(alphabet=st.sampled_from("aZ0._-/ \n\té"), max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     rollout_id=st.one_of(ROLLOUT_IDS, SUFFIXED, ANY_TEXT.filter(lambda s: not s.endswith("\n"))),
     attempt=st.integers(min_value=0, max_value=10**9),

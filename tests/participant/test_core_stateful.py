@@ -49,6 +49,7 @@ from envckpt.participant.model_calls import (
 )
 from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT
 
+from helpers.examples import examples
 from helpers.participant_doubles import START, JsonStateHooks, Turn
 
 T = TypeVar("T")
@@ -739,7 +740,7 @@ class CoreMachine(RuleBasedStateMachine):
 
 
 CoreMachine.TestCase.settings = settings(
-    max_examples=120,
+    max_examples=examples(120),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -757,7 +758,7 @@ class ModelCoreMachine(CoreMachine):
 
 
 ModelCoreMachine.TestCase.settings = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

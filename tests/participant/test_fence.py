@@ -20,6 +20,8 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.fence import AttemptFence
 from envckpt.protocol import ErrorCode
 
+from helpers.examples import examples
+
 ROLLOUTS = ("r0", "r1", "r2")
 ATTEMPTS = range(4)
 
@@ -315,5 +317,7 @@ class FenceMachine(RuleBasedStateMachine):
                 assert self.fence.busy_at_or_below(asked) == expected
 
 
-FenceMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+FenceMachine.TestCase.settings = settings(
+    max_examples=examples(60), stateful_step_count=30, deadline=None
+)
 TestFenceContract = FenceMachine.TestCase

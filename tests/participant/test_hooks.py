@@ -14,6 +14,8 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
 
+from helpers.examples import examples
+
 
 def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
     return EnvironmentEpisode(rollout_id, attempt)
@@ -94,7 +96,7 @@ held_episodes = st.frozensets(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(held=held_episodes, retired=held_episodes)
 async def test_retire_drops_the_attempt_and_every_earlier_one(
     held: frozenset[EnvironmentEpisode], retired: frozenset[EnvironmentEpisode]
@@ -140,7 +142,7 @@ async def test_no_state_exports_nothing_and_restores_nothing() -> None:
     assert hooks.live_episodes() == {ep("a"), ep("b", 1)}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(held=held_episodes, retired=held_episodes)
 async def test_no_state_retire_forgets_the_attempt_and_every_earlier_one(
     held: frozenset[EnvironmentEpisode], retired: frozenset[EnvironmentEpisode]

@@ -10,6 +10,8 @@ from envckpt.errors import ParticipantError
 from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT, FinishedIds, OpenCheckpoint
 from envckpt.protocol import ErrorCode
 
+from helpers.examples import examples
+
 deadlines = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 
 
@@ -29,7 +31,7 @@ def test_the_first_lease_is_the_deadline_plus_grace() -> None:
     assert open_.lease_expires_at == 1600.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     deadlines=st.lists(deadlines, min_size=1, max_size=6),
     grace=st.floats(min_value=0, max_value=3600, allow_nan=False),
@@ -60,7 +62,7 @@ def test_a_finished_id_is_refused_as_stale_checkpoint() -> None:
     assert "c1" in finished and "c2" not in finished
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(count=st.integers(min_value=0, max_value=3 * FINISHED_IDS_KEPT))
 def test_only_the_last_finished_ids_are_kept_oldest_first(count: int) -> None:
     """Of ``count`` distinct ids, exactly the newest FINISHED_IDS_KEPT are kept, in order."""

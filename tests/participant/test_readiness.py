@@ -9,6 +9,8 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.readiness import MAX_BLOCKERS_REPORTED, readiness_report
 from envckpt.protocol import Mode
 
+from helpers.examples import examples
+
 episodes = st.builds(EnvironmentEpisode, st.sampled_from(("a", "b", "c", "d")), st.integers(0, 3))
 episode_sets = st.frozensets(episodes, max_size=8)
 
@@ -17,7 +19,7 @@ def keys(episodes: frozenset[EnvironmentEpisode]) -> list[str]:
     return sorted(episode.capture_key for episode in episodes)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     mode=st.sampled_from([Mode.EXPORT_RESTORE, Mode.STATELESS]),
     live=episode_sets,
@@ -43,7 +45,7 @@ def test_a_saving_participant_waits_for_every_call_in_flight(
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(live=episode_sets, in_flight=episode_sets)
 def test_a_restart_only_participant_never_waits_and_restarts_everything_it_holds(
     live: frozenset[EnvironmentEpisode], in_flight: frozenset[EnvironmentEpisode]

@@ -23,6 +23,8 @@ from envckpt.participant.fence import AttemptFence
 from envckpt.participant.open_checkpoint import OpenCheckpoint
 from envckpt.protocol import ErrorCode, Phase
 
+from helpers.examples import examples
+
 NOT_IDLE = [phase for phase in Phase if phase is not Phase.IDLE]
 
 
@@ -283,7 +285,7 @@ def test_a_restore_while_another_checkpoint_is_open_is_refused() -> None:
 small_episodes = st.builds(ep, st.sampled_from(("a", "b", "c")), st.integers(0, 3))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     scope=st.lists(small_episodes, max_size=4),
     held=st.frozensets(small_episodes, max_size=5),
@@ -301,7 +303,7 @@ def test_check_restorable_refuses_exactly_when_a_newer_attempt_is_held(
         rules.check_restorable(scope, held)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     phase=st.sampled_from(list(Phase)),
     checkpoint_id=st.sampled_from(("c1", "c2")),

@@ -30,6 +30,7 @@ from envckpt.trainer.snapshot_manifest import (
     verify_snapshot,
 )
 
+from helpers.examples import examples
 from helpers.snapshot_files import FILES, fill, publish
 from helpers.tree_state import changed_outside, tree_state
 
@@ -545,7 +546,7 @@ def _run(root: HostileRoot, operation: tuple[str, str]) -> None:
         return
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(
     snapshots=st.integers(1, 4),
     temporaries=st.integers(0, 2),

@@ -28,6 +28,8 @@ from envckpt.trainer.ledger import (
     RestoreMismatch,
 )
 
+from helpers.examples import examples
+
 Ep = EnvironmentEpisode
 
 
@@ -725,5 +727,7 @@ class LedgerMachine(RuleBasedStateMachine):
                     assert episode.attempt <= self.ledger.entry(episode.rollout_id).attempt
 
 
-LedgerMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+LedgerMachine.TestCase.settings = settings(
+    max_examples=examples(100), stateful_step_count=50, deadline=None
+)
 TestLedgerMachine = LedgerMachine.TestCase

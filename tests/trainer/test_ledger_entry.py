@@ -23,6 +23,8 @@ from envckpt.trainer.ledger_entry import (
     restore_mismatches,
 )
 
+from helpers.examples import examples
+
 R, D, S, F, A = (
     LedgerStatus.RESERVED,
     LedgerStatus.DISPATCHED,
@@ -96,7 +98,7 @@ def test_the_instance_holds_a_dispatched_or_a_restored_attempt(
     assert entry.episode == EnvironmentEpisode("r", 2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(entry=entries())
 def test_an_entry_survives_json(entry: LedgerEntry) -> None:
     """from_json(to_json) through real JSON text gives the same entry back."""
@@ -132,7 +134,7 @@ def test_from_json_refuses_a_non_object() -> None:
 # ---------------------------------------------------------- dropped attempts
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     dropped=st.dictionaries(
         instance_ids,
@@ -207,7 +209,7 @@ def test_a_rollout_restored_twice_is_a_mismatch() -> None:
     assert problems == ["run: restored more than once"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     triples=st.lists(
         st.tuples(

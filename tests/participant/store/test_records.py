@@ -24,6 +24,7 @@ from envckpt.participant.store import (
     verify_records,
 )
 
+from helpers.examples import examples
 from helpers.store_files import RECORDS, pdir, read, restore, rewrite_records, write
 
 
@@ -224,7 +225,7 @@ _JSON_VALUES = st.recursive(
 _RECORD_LISTS = st.lists(st.dictionaries(st.text(), _JSON_VALUES, max_size=6), max_size=12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(records=_RECORD_LISTS)
 def test_random_records_round_trip_exactly(records: list[dict[str, Any]]) -> None:
     """Any list of JSON-able dicts round-trips with equal values, types and key order."""
