@@ -19,9 +19,7 @@ def restored_logging(restored_structlog: None) -> Iterator[None]:
     root = logging.getLogger()
     saved = (root.handlers[:], root.level, logging.getLogger("transitions").level)
     servers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
-    saved_servers = [
-        (log.handlers[:], log.propagate, log.disabled, log.level) for log in servers
-    ]
+    saved_servers = [(log.handlers[:], log.propagate, log.disabled, log.level) for log in servers]
     try:
         yield
     finally:
