@@ -64,6 +64,8 @@ class NemoGymDemo:
     # The snapshot's prepare budget (``--prepare-seconds``); generations still
     # running half-way through it are refused and asked again after resume.
     prepare_seconds: float = 30.0
+    # When every snapshot is refused: start from scratch instead of exiting 3.
+    allow_fresh_start: bool = False
 
     def __post_init__(self) -> None:
         if self.rollouts < 2:
@@ -92,6 +94,7 @@ class NemoGymDemo:
             in_flight_per_instance=self.in_flight_per_instance,
             control_run=True,
             prepare_seconds=self.prepare_seconds,
+            allow_fresh_start=self.allow_fresh_start,
         )
 
     @classmethod
@@ -105,6 +108,7 @@ class NemoGymDemo:
             policy_latency=spec.policy_latency,
             in_flight_per_instance=spec.in_flight_per_instance or 3,
             prepare_seconds=spec.prepare_seconds,
+            allow_fresh_start=spec.allow_fresh_start,
         )
 
     def settings(self) -> DemoSettings:
@@ -116,6 +120,7 @@ class NemoGymDemo:
             directory=self.directory,
             snapshot_every=self.snapshot_every,
             in_flight_per_instance=self.in_flight_per_instance,
+            allow_fresh_start=self.allow_fresh_start,
         )
 
 

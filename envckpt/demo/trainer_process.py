@@ -2,6 +2,7 @@
 
     python -m envckpt.demo.trainer_process --config job.json --incarnation N
         [--interrupt JSON] [--crash-at POINT[:K]] [--ray [--ray-address A --node-kills K]]
+        [--allow-fresh-start]
 
 It serves its token-row endpoint, launches one ``envckpt.sim.server`` child
 per Gym instance, claims the snapshot root, restores the newest usable
@@ -24,8 +25,9 @@ SIGKILL of the whole process group at a seeded moment after a snapshot, one
 at a crash point inside the restore, or a SIGTERM to itself. ``--crash-at``
 SIGKILLs the group the K-th time a crash point is reached (end-to-end tests).
 
-Exit codes (``JobExit``): 0 finished; 3 the snapshot root cannot be used or
-another trainer holds it; 4 snapshots kept failing; 5 the environment
+Exit codes (``JobExit``): 0 finished; 3 the snapshot root cannot be used,
+another trainer holds it, or it refused every snapshot (unless the settings or
+``--allow-fresh-start`` allow a fresh start); 4 snapshots kept failing; 5 the environment
 restore failed; 75 preempted with its final snapshot published; 76 preempted
 without it. Each non-zero one prints one clear message on stderr, no traceback.
 """
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -70,7 +73,12 @@ from envckpt.trainer.job_errors import (
 )
 from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
-from envckpt.trainer.startup import PendingStaging, claim_root, start_trainer
+from envckpt.trainer.startup import (
+    PendingStaging,
+    add_start_arguments,
+    claim_root,
+    start_trainer,
+)
 
 # Each refused snapshot costs one restart of the Gym servers; there are at
 # most keep_latest_k snapshots to refuse.
@@ -179,6 +187,7 @@ async def _train(
         ),
         signals=signals,
         on_final_snapshot=stop_gym,
+        allow_fresh_start=settings.allow_fresh_start,
         observers=observers,
     )
     try:
@@ -258,8 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument("--ray-address", default=None, help="a multi-node Ray cluster to join")
     parser.add_argument("--node-kills", type=int, default=0, help="nodes to kill (--ray-address)")
+    add_start_arguments(parser)
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
+    if args.allow_fresh_start:
+        settings = dataclasses.replace(settings, allow_fresh_start=True)
     try:
         record = read_finished(settings.directory)  # before anything is written
     except StartRefused as error:
