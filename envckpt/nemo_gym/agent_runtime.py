@@ -8,7 +8,8 @@ return) runs inside ``core.admit`` on a copy of the state, which replaces the
 saved one only when the step completed, so the saved state is always at a
 boundary::
 
-    runtime = AgentRuntime(server=agent, recipe=SimpleAgentRecipe(), server_name="agent")
+    runtime = AgentRuntime(server=agent, recipe=SimpleAgentRecipe(agent, SimpleAgentRunRequest),
+                           server_name="agent")
     result = await runtime.run(body_json)      # the /run handler; ParticipantError on refusal
 
 A step refused with ``admission_closed`` (this agent is closed, or the model

@@ -62,7 +62,7 @@ def agent_overrides(server_cls: type[Any]) -> tuple[Callable[[Any, Any], Any], d
         if getattr(server.config, "resources_server", None) is None:
             raise ValueError("a checkpointable /run needs a resources_server")
         return AgentRuntime(
-            server=server, recipe=recipe_cls(server), server_name=server.config.name
+            server=server, recipe=recipe_cls(server, request_type), server_name=server.config.name
         )
 
     async def run(self: Any, request: Request, body: Any) -> JSONResponse:
