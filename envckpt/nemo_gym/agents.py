@@ -33,7 +33,7 @@ def run_body(body: Any) -> dict[str, Any]:
     return raw
 
 
-def _recipes() -> list[tuple[type[Any], type[Any], Callable[[Any], Any]]]:
+def _recipes() -> list[tuple[type[Any], type[Any], Callable[[Any, Any], Any]]]:
     from responses_api_agents.gymnasium_agent.app import GymnasiumAgent, GymnasiumAgentRunRequest
     from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentRunRequest
 
