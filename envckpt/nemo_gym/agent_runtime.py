@@ -25,10 +25,10 @@ next attempt; that attempt's ``/run`` continues from the saved phase.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.calls import EpisodeCalls
 from envckpt.nemo_gym.run_state import (
@@ -38,6 +38,7 @@ from envckpt.nemo_gym.run_state import (
     task_of,
 )
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import HookDefaults
 from envckpt.participant.model_calls import is_refused_call
 from envckpt.protocol import Phase
 
@@ -79,11 +80,7 @@ def episode_of(body: Mapping[str, Any]) -> EnvironmentEpisode:
         raise ParticipantError("invalid_request", f"rollout identity: {error}") from None
 
 
-def _retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
-    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)
-
-
-class AgentRuntime:
+class AgentRuntime(HookDefaults):
     """The ``/run`` driver and ``StateHooks`` of one checkpointable agent server."""
 
     def __init__(
@@ -241,9 +238,6 @@ class AgentRuntime:
     async def close_admission(self) -> None:
         return None  # running steps finish at their boundary; new ones park
 
-    async def open_admission(self) -> None:
-        return None
-
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
@@ -275,19 +269,13 @@ class AgentRuntime:
             self._runs[episode] = run
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [task for e, task in self._tasks.items() if _retired_by(e, episodes)]
+        doomed = [task for e, task in self._tasks.items() if retired_by(e, episodes)]
         for task in doomed:
             task.cancel()
         if doomed:
             await asyncio.wait(doomed)
-        for held in [e for e in self._runs if _retired_by(e, episodes)]:
+        for held in [e for e in self._runs if retired_by(e, episodes)]:
             del self._runs[held]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None
 
 
 def _as_run(run: object) -> RunState:
