@@ -37,10 +37,9 @@ from envckpt.nemo_gym.run_state import (
     RunState,
     task_of,
 )
+from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import HookDefaults
-from envckpt.participant.model_calls import is_refused_call
-from envckpt.protocol import Phase
 
 PARK_FIRST_SECONDS = 0.02
 PARK_MAX_SECONDS = 0.25
@@ -111,37 +110,12 @@ class AgentRuntime(HookDefaults):
             raise ParticipantError("invalid_request", f"{episode.capture_key} holds another task")
         if episode in self._tasks:
             raise ParticipantError("invalid_request", f"{episode.capture_key} is already running")
-        # Its own task, so retire can cancel the work without cancelling the caller.
-        work = asyncio.create_task(self._drive(episode, body))
-        self._tasks[episode] = work
-        try:
-            return await work
-        except asyncio.CancelledError:
-            caller = asyncio.current_task()
-            if (caller is None or caller.cancelling() == 0) and not self.core.fence.is_current(
-                episode
-            ):
-                raise ParticipantError(
-                    "stale_attempt", f"{episode.capture_key} was retired while running"
-                ) from None
-            raise
-        finally:
-            if self._tasks.get(episode) is work:
-                del self._tasks[episode]
-
-    async def _drive(self, episode: EnvironmentEpisode, body: dict[str, Any]) -> dict[str, Any]:
-        while True:
-            try:
-                result = await self._step(episode, body)
-            except ParticipantError as error:
-                if error.code != "admission_closed":
-                    raise
-                if is_refused_call(error):
-                    self._count_refused(episode)
-                await self._park(episode)
-                continue
-            if result is not None:
-                return result
+        work = step_until_done(
+            lambda: self._step(episode, body),
+            park=lambda: self._park(episode),
+            on_refused_call=lambda: self._count_refused(episode),
+        )
+        return await run_own_task(episode, work, running=self._tasks, fence=self.core.fence)
 
     async def _step(
         self, episode: EnvironmentEpisode, body: dict[str, Any]
@@ -196,21 +170,14 @@ class AgentRuntime(HookDefaults):
         return result
 
     async def _park(self, episode: EnvironmentEpisode) -> None:
-        """Wait until this agent is open again, then let the step be retried.
-
-        Polls with backoff: the refusal may have come from the model, whose
-        reopening only a retry observes (resume runs in reverse stage order).
-        """
+        """Wait until this agent is open again (polled with backoff), then let the step be
+        retried."""
         self.parks += 1
         self._parked.add(episode)
-        delay = PARK_FIRST_SECONDS
         try:
-            while True:
-                await asyncio.sleep(delay)
-                delay = min(PARK_MAX_SECONDS, delay * 2)
-                await self.core.expire_if_due()  # a lapsed lease reopens admission
-                if self.core.phase is Phase.IDLE:
-                    return
+            await wait_until_open(
+                self.core, first_seconds=PARK_FIRST_SECONDS, max_seconds=PARK_MAX_SECONDS
+            )
         finally:
             self._parked.discard(episode)
 
