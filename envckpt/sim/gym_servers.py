@@ -29,14 +29,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from fastapi import FastAPI
 
 from envckpt.clock import Clock, SystemClock
 from envckpt.http.apps import new_app
 from envckpt.http.bodies import DATA_MAX_BODY_BYTES
+from envckpt.http.closing import AsyncCloseable
 from envckpt.http.routes import DEFAULT_LEASE_CHECK_SECONDS, mount_participant
 from envckpt.http.serve import DEFAULT_HOST, ServerLimits, serve, serve_many
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
@@ -87,7 +87,7 @@ def judge_app(serving: Serving | None = None) -> FastAPI:
     return app
 
 
-class GymServers:
+class GymServers(AsyncCloseable):
     """One Gym deployment on real HTTP servers; an async context manager."""
 
     def __init__(
@@ -244,14 +244,9 @@ class GymServers:
         if stack is not None:
             await stack.aclose()
 
-    async def __aenter__(self) -> GymServers:
+    async def aclose(self) -> None:
+        await self.stop()
+
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()
