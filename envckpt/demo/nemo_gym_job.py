@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from envckpt import crashpoints
-from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
+from envckpt.demo.plan import (
+    KILL,
+    KILL_IN_RESTORE,
+    Interrupter,
+    Interruption,
+    add_run_arguments,
+)
 from envckpt.nemo_gym.job import run_job
 from envckpt.nemo_gym.job_process import run_main
 from envckpt.nemo_gym.job_spec import JobSpec
@@ -91,13 +97,9 @@ def kill_group() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the demo that started it
-    from envckpt.trainer.startup import add_start_arguments
-
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.nemo_gym_job")
     parser.add_argument("--spec", type=Path, required=True)
-    parser.add_argument("--incarnation", type=int, required=True)
-    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
-    add_start_arguments(parser)
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
     plan = Interruption.from_arg(args.interrupt) if args.interrupt else None
 

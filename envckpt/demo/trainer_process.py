@@ -51,7 +51,13 @@ from envckpt import crashpoints
 from envckpt.demo.events import EVENTS_NAME, EventLog
 from envckpt.demo.gym_hosting import Hosted, JobTokens, http_instances, ray_instances
 from envckpt.demo.node_loss import InstancesLost, cluster_instances, node_kill_plan
-from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
+from envckpt.demo.plan import (
+    KILL_IN_RESTORE,
+    PREEMPT,
+    Interrupter,
+    Interruption,
+    add_run_arguments,
+)
 from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.demo.telemetry_hooks import announce, metrics_endpoint
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
@@ -73,12 +79,7 @@ from envckpt.trainer.job_errors import (
 )
 from envckpt.trainer.preemption import JobSignals
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
-from envckpt.trainer.startup import (
-    PendingStaging,
-    add_start_arguments,
-    claim_root,
-    start_trainer,
-)
+from envckpt.trainer.startup import PendingStaging, claim_root, start_trainer
 
 # Each refused snapshot costs one restart of the Gym servers; there are at
 # most keep_latest_k snapshots to refuse.
@@ -261,13 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the demo that started it
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.trainer_process")
     parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--incarnation", type=int, required=True)
-    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
+    add_run_arguments(parser)
     parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument("--ray-address", default=None, help="a multi-node Ray cluster to join")
     parser.add_argument("--node-kills", type=int, default=0, help="nodes to kill (--ray-address)")
-    add_start_arguments(parser)
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
     if args.allow_fresh_start:
