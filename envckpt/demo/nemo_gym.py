@@ -29,7 +29,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 from envckpt.demo.events import note_requeue, record_exit, results_digest
 from envckpt.demo.nemo_gym_verdict import SPEC_NAME, judge_nemo_gym_directory
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.processes import RESTARTED_AFTER, incarnations, watch
+from envckpt.demo.processes import RESTARTED_AFTER, incarnations, launch_run, watch
 from envckpt.demo.report import Verdict, table
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
@@ -128,25 +127,14 @@ def start_job(
     demo: NemoGymDemo, incarnation: int, *, interruption: Interruption | None
 ) -> subprocess.Popen[bytes]:
     """One run of the job, in a new process group (its servers are its children)."""
-    command = [
-        sys.executable,
-        "-m",
+    return launch_run(
         "envckpt.demo.nemo_gym_job",
-        "--spec",
-        str(demo.directory / SPEC_NAME),
-        "--incarnation",
-        str(incarnation),
-    ]
-    if interruption is not None:
-        command += ["--interrupt", interruption.to_arg()]
-    with (demo.directory / f"trainer-{incarnation}.out").open("ab") as out:
-        return subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=child_env(os.environ),  # the job dies with this demo (process_tie)
-        )
+        demo.directory,
+        incarnation,
+        *("--spec", str(demo.directory / SPEC_NAME)),
+        interruption=interruption,
+        env=child_env(os.environ),  # the job dies with this demo (process_tie)
+    )
 
 
 def end_group(pgid: int, *, timeout: float = GROUP_GONE_SECONDS) -> bool:

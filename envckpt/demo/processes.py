@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from envckpt.demo.events import (
@@ -38,6 +40,26 @@ from envckpt.trainer.job_errors import JobExit
 RESTARTED_AFTER = {KILLED, int(JobExit.PREEMPTED), int(JobExit.PREEMPTED_UNSAVED)}
 
 
+def launch_run(
+    module: str,
+    directory: Path,
+    incarnation: int,
+    *flags: str,
+    interruption: Interruption | None = None,
+    env: Mapping[str, str],
+) -> subprocess.Popen[bytes]:
+    """Run ``incarnation`` of a demo's job: ``python -m module FLAGS --incarnation N
+    [--interrupt PLAN]`` in a new process group, its output appended to
+    ``trainer-N.out`` in ``directory``."""
+    command = [sys.executable, "-m", module, *flags, "--incarnation", str(incarnation)]
+    if interruption is not None:
+        command += ["--interrupt", interruption.to_arg()]
+    with (directory / f"trainer-{incarnation}.out").open("ab") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=dict(env)
+        )
+
+
 def start_job(
     settings: DemoSettings,
     incarnation: int,
@@ -51,26 +73,18 @@ def start_job(
 
     ``tokens`` (random ones if not given) reach it through its environment.
     """
-    command = [
-        sys.executable,
-        "-m",
-        "envckpt.demo.trainer_process",
-        "--config",
-        str(settings.directory / SETTINGS_NAME),
-        "--incarnation",
-        str(incarnation),
-    ]
-    if interruption is not None:
-        command += ["--interrupt", interruption.to_arg()]
-    if crash_at:
-        command += ["--crash-at", crash_at]
-    if ray:
-        command.append("--ray")
+    flags = ["--config", str(settings.directory / SETTINGS_NAME)]
+    flags += ["--crash-at", crash_at] if crash_at else []
+    flags += ["--ray"] if ray else []
     # The trainer (and so its Gym servers) dies with this demo (process_tie).
     env = child_env({**os.environ, **(tokens or JobTokens.fresh()).trainer_env()})
-    log = (settings.directory / f"trainer-{incarnation}.out").open("ab")
-    return subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    return launch_run(
+        "envckpt.demo.trainer_process",
+        settings.directory,
+        incarnation,
+        *flags,
+        interruption=interruption,
+        env=env,
     )
 
 
