@@ -33,10 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from envckpt.demo.events import note_requeue, record_exit, results_digest
 from envckpt.demo.nemo_gym_verdict import SPEC_NAME, judge_nemo_gym_directory
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.processes import RESTARTED_AFTER, incarnations, launch_run, watch
+from envckpt.demo.processes import launch_run, run_until_finished, watch
 from envckpt.demo.report import Verdict, table
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
@@ -166,20 +165,15 @@ def run_nemo_gym(
         demo.job_spec().save(demo.directory / SPEC_NAME)
         save_plan(plan, demo.directory / PLAN_NAME)
     settings = demo.settings()
-    exits: dict[int, int | None] = {}
-    for incarnation in incarnations(plan, first):
-        interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
-        before = results_digest(demo.directory)
+
+    def run(incarnation: int, interruption: Interruption | None) -> int | None:
         process = start_job(demo, incarnation, interruption=interruption)
         code = watch(settings, process, incarnation, timeout=RUN_TIMEOUT)
         if not end_group(process.pid):
-            code = None  # a server outlived its job: stop here, the verdict will fail
-        exits[incarnation] = code
-        record_exit(demo.directory, incarnation, code)
-        if code == 0:
-            note_requeue(demo.directory, incarnation, results_before=before)
-        if code not in RESTARTED_AFTER:
-            break
+            return None  # a server outlived its job: stop here, the verdict will fail
+        return code
+
+    exits = run_until_finished(demo.directory, plan, first, run)
     record, verdict = judge_nemo_gym_directory(demo.directory)
     text = "\n\n".join([deployments_table(demo), render_summary(settings, record.run, verdict)])
     last = max(exits)
