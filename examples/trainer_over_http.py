@@ -33,7 +33,6 @@ from urllib.parse import urlsplit
 
 from envckpt import (
     DataPlaneBarrier,
-    EnvironmentEpisode,
     GymCheckpointAdapter,
     GymCheckpointInstance,
     GymEnvironmentCheckpoint,
@@ -44,7 +43,7 @@ from envckpt import (
     load_config,
     start_trainer,
 )
-from envckpt.sim.http_gym import HttpGym
+from envckpt.sim.http_gym import HttpBackend, HttpGym
 from envckpt.sim.server import GymServers
 
 TOKEN = "example-control-token-7f3a9c"  # in production: a secret from the environment
@@ -81,18 +80,6 @@ def server_client(urls: Mapping[str, str]) -> Any:
         head_server_config=BaseServerConfig(**config["head_server"]),
         global_config_dict=OmegaConf.create(config),
     )
-
-
-class HttpBackend:
-    """Runs one rollout attempt through its instance's agent server (the data plane)."""
-
-    def __init__(self, gyms: Mapping[str, HttpGym]) -> None:
-        self.gyms = gyms
-
-    async def run(
-        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return await self.gyms[instance_id].run(episode, task)
 
 
 async def incarnation(

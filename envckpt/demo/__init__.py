@@ -1,10 +1,10 @@
 """``envckpt demo``: a training run that is interrupted, restores and finishes.
 
     envckpt demo [--instances N] [--rollouts M] [--seed S] [--kills K] [--preempt]
-                 [--dir PATH [--force]] [--in-process | --ray [--nodes N]]
+                 [--dir PATH [--force]] [--in-process | --ray [--nodes N]] [--allow-fresh-start]
     envckpt demo --nemo-gym [--rollouts M] [--seed S] [--kills K] [--dir PATH [--force]]
                  [--generation-seconds G] [--prepare-seconds P]
-    envckpt demo --dir PATH --resume       # go on with a demo run that was interrupted
+    envckpt demo --dir PATH --resume [--allow-fresh-start]   # go on with an interrupted run
 
 Prints a table of runs and restores, the work saved, and a verdict computed
 from what happened; writes ``verdict.json`` into its directory (kept, and
@@ -41,6 +41,7 @@ JOB_EXITS = (
     int(JobExit.RESTORE_FAILED),
 )
 UNUSABLE = "cannot use"
+TRAINER_SAYS = "envckpt trainer:"  # how the job's trainer starts each message of its own
 DEFAULT_SNAPSHOT_EVERY = 0.5
 # A snapshot refuses the generations still running; each is asked again after
 # resume. Snapshots closer together than a generation takes would refuse the
@@ -126,6 +127,12 @@ def _parser() -> argparse.ArgumentParser:
         "--nemo-gym",
         action="store_true",
         help="run the job over 2 real nemo-gym deployments instead (needs nemo-gym 0.7.0)",
+    )
+    parser.add_argument(
+        "--allow-fresh-start",
+        action="store_true",
+        help="when the job's trainer refuses every snapshot, it starts from scratch instead of "
+        "exiting 3 (passed on to the trainer; with --resume, kept for the rest of the run)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every structured log event")
     return parser
@@ -224,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         snapshot_every=DEFAULT_SNAPSHOT_EVERY
         if args.snapshot_every is None
         else args.snapshot_every,
+        allow_fresh_start=args.allow_fresh_start,
     )
     plan = plan_interruptions(seed=args.seed, kills=kills, preempt=args.preempt)
     if args.nemo_gym:
@@ -242,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
             rollouts=NEMO_GYM_ROLLOUTS if args.rollouts is None else args.rollouts,
             seed=args.seed,
             snapshot_every=snapshot_every(args.snapshot_every, args.generation_seconds),
+            allow_fresh_start=args.allow_fresh_start,
             **timing,
         )
         verdict, text = run_nemo_gym(demo, plan)
@@ -296,15 +305,23 @@ def _resume(args: argparse.Namespace, directory: Path) -> int:
         print(f"envckpt demo: the run in {directory} finished; its job runs again (a requeue)")
     if point.nemo_gym:
         from envckpt.demo.nemo_gym import NemoGymDemo, run_nemo_gym
+        from envckpt.demo.nemo_gym_verdict import SPEC_NAME
+        from envckpt.nemo_gym.job_spec import JobSpec
 
+        if args.allow_fresh_start:  # the job's next runs read it from their spec
+            spec = JobSpec.load(directory / SPEC_NAME)
+            dataclasses.replace(spec, allow_fresh_start=True).save(directory / SPEC_NAME)
         demo = NemoGymDemo.from_directory(directory)
         verdict, text = run_nemo_gym(demo, plan, first=point.next_incarnation)
     else:
         from envckpt.demo.processes import run_processes
-        from envckpt.demo.scenario import SETTINGS_NAME, load_settings
+        from envckpt.demo.scenario import SETTINGS_NAME, load_settings, save_settings
 
         settings = load_settings(directory / SETTINGS_NAME)
         settings = dataclasses.replace(settings, directory=directory)
+        if args.allow_fresh_start:  # the job's next runs read it from their settings
+            settings = dataclasses.replace(settings, allow_fresh_start=True)
+            save_settings(settings, directory / SETTINGS_NAME)
         verdict, text = run_processes(settings, plan, ray=args.ray, first=point.next_incarnation)
     return _report(verdict, text, directory)
 
@@ -328,7 +345,12 @@ def _report(verdict: Verdict, text: str, directory: Path) -> int:
 
 
 def job_stopped(directory: Path) -> tuple[int, str] | None:
-    """The job's own documented exit (3, 4, 5) that ended the run, and its last line; or None."""
+    """The job's own documented exit (3, 4, 5) that ended the run, and what it said; or None.
+
+    What it said: from its last ``envckpt trainer:`` line on (a refusal of
+    every snapshot names the way out there, then one line per snapshot),
+    else its last line.
+    """
     from envckpt.demo.events import EVENTS_NAME, read_events
 
     exits = [e for e in read_events(directory / EVENTS_NAME) if e["event"] == "exited"]
@@ -338,7 +360,9 @@ def job_stopped(directory: Path) -> tuple[int, str] | None:
     output = directory / f"trainer-{last['incarnation']}.out"
     lines = output.read_text(errors="replace").splitlines() if output.exists() else []
     said = [line for line in lines if line.strip()]
-    return int(last["code"]), said[-1] if said else "(no output)"
+    heads = [i for i, line in enumerate(said) if line.startswith(TRAINER_SAYS)]
+    message = said[heads[-1] :] if heads else said[-1:]
+    return int(last["code"]), "\n".join(message) if message else "(no output)"
 
 
 if __name__ == "__main__":

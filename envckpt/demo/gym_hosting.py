@@ -37,7 +37,7 @@ from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.http.tokens import new_token, require_strong_token
 from envckpt.process_tie import child_env
-from envckpt.sim.http_gym import HttpGym
+from envckpt.sim.http_gym import HttpBackend, HttpGym
 from envckpt.trainer.job import RolloutBackend
 
 # How the demo hands its tokens to the trainer process (never on a command line).
@@ -93,18 +93,6 @@ class Hosted:
     backend: RolloutBackend
     stop: Callable[[], Awaitable[None]]
     strike: Callable[[Mapping[str, Any]], None] | None = None
-
-
-class HttpBackend:
-    """``RolloutBackend`` over Gym deployments served by other processes."""
-
-    def __init__(self, gyms: Mapping[str, HttpGym]) -> None:
-        self.gyms = gyms
-
-    async def run(
-        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return await self.gyms[instance_id].run(episode, task)
 
 
 @contextlib.asynccontextmanager

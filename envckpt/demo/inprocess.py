@@ -112,6 +112,7 @@ class Incarnation:
             ),
             signals=self.signals,
             on_final_snapshot=self.stop_gyms,
+            allow_fresh_start=settings.allow_fresh_start,
         )
 
     async def stop_gyms(self, result: object = None) -> None:

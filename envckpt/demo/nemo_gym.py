@@ -29,15 +29,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from envckpt.demo.events import note_requeue, record_exit, results_digest
 from envckpt.demo.nemo_gym_verdict import SPEC_NAME, judge_nemo_gym_directory
 from envckpt.demo.plan import PLAN_NAME, Interruption, save_plan
-from envckpt.demo.processes import RESTARTED_AFTER, incarnations, watch
+from envckpt.demo.processes import launch_run, run_until_finished, watch
 from envckpt.demo.report import Verdict, table
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
@@ -64,6 +62,8 @@ class NemoGymDemo:
     # The snapshot's prepare budget (``--prepare-seconds``); generations still
     # running half-way through it are refused and asked again after resume.
     prepare_seconds: float = 30.0
+    # When every snapshot is refused: start from scratch instead of exiting 3.
+    allow_fresh_start: bool = False
 
     def __post_init__(self) -> None:
         if self.rollouts < 2:
@@ -92,6 +92,7 @@ class NemoGymDemo:
             in_flight_per_instance=self.in_flight_per_instance,
             control_run=True,
             prepare_seconds=self.prepare_seconds,
+            allow_fresh_start=self.allow_fresh_start,
         )
 
     @classmethod
@@ -105,6 +106,7 @@ class NemoGymDemo:
             policy_latency=spec.policy_latency,
             in_flight_per_instance=spec.in_flight_per_instance or 3,
             prepare_seconds=spec.prepare_seconds,
+            allow_fresh_start=spec.allow_fresh_start,
         )
 
     def settings(self) -> DemoSettings:
@@ -116,6 +118,7 @@ class NemoGymDemo:
             directory=self.directory,
             snapshot_every=self.snapshot_every,
             in_flight_per_instance=self.in_flight_per_instance,
+            allow_fresh_start=self.allow_fresh_start,
         )
 
 
@@ -123,25 +126,14 @@ def start_job(
     demo: NemoGymDemo, incarnation: int, *, interruption: Interruption | None
 ) -> subprocess.Popen[bytes]:
     """One run of the job, in a new process group (its servers are its children)."""
-    command = [
-        sys.executable,
-        "-m",
+    return launch_run(
         "envckpt.demo.nemo_gym_job",
-        "--spec",
-        str(demo.directory / SPEC_NAME),
-        "--incarnation",
-        str(incarnation),
-    ]
-    if interruption is not None:
-        command += ["--interrupt", interruption.to_arg()]
-    with (demo.directory / f"trainer-{incarnation}.out").open("ab") as out:
-        return subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=child_env(os.environ),  # the job dies with this demo (process_tie)
-        )
+        demo.directory,
+        incarnation,
+        *("--spec", str(demo.directory / SPEC_NAME)),
+        interruption=interruption,
+        env=child_env(os.environ),  # the job dies with this demo (process_tie)
+    )
 
 
 def end_group(pgid: int, *, timeout: float = GROUP_GONE_SECONDS) -> bool:
@@ -173,20 +165,15 @@ def run_nemo_gym(
         demo.job_spec().save(demo.directory / SPEC_NAME)
         save_plan(plan, demo.directory / PLAN_NAME)
     settings = demo.settings()
-    exits: dict[int, int | None] = {}
-    for incarnation in incarnations(plan, first):
-        interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
-        before = results_digest(demo.directory)
+
+    def run(incarnation: int, interruption: Interruption | None) -> int | None:
         process = start_job(demo, incarnation, interruption=interruption)
         code = watch(settings, process, incarnation, timeout=RUN_TIMEOUT)
         if not end_group(process.pid):
-            code = None  # a server outlived its job: stop here, the verdict will fail
-        exits[incarnation] = code
-        record_exit(demo.directory, incarnation, code)
-        if code == 0:
-            note_requeue(demo.directory, incarnation, results_before=before)
-        if code not in RESTARTED_AFTER:
-            break
+            return None  # a server outlived its job: stop here, the verdict will fail
+        return code
+
+    exits = run_until_finished(demo.directory, plan, first, run)
     record, verdict = judge_nemo_gym_directory(demo.directory)
     text = "\n\n".join([deployments_table(demo), render_summary(settings, record.run, verdict)])
     last = max(exits)

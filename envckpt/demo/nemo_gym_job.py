@@ -1,6 +1,7 @@
 """One run of the nemo-gym demo's job, as a process: ``envckpt.nemo_gym.job`` plus the plan.
 
     python -m envckpt.demo.nemo_gym_job --spec DIR/job.json --incarnation N [--interrupt JSON]
+        [--allow-fresh-start]
 
 It runs ``envckpt.nemo_gym.job.run_job`` unchanged (the trainer, and every
 server of both deployments as its children, in one process group) and
@@ -25,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from envckpt import crashpoints
-from envckpt.demo.plan import KILL, KILL_IN_RESTORE, Interrupter, Interruption
+from envckpt.demo.plan import (
+    KILL,
+    KILL_IN_RESTORE,
+    Interrupter,
+    Interruption,
+    add_run_arguments,
+)
 from envckpt.nemo_gym.job import run_job
 from envckpt.nemo_gym.job_process import run_main
 from envckpt.nemo_gym.job_spec import JobSpec
@@ -92,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the demo that started it
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.nemo_gym_job")
     parser.add_argument("--spec", type=Path, required=True)
-    parser.add_argument("--incarnation", type=int, required=True)
-    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
+    add_run_arguments(parser)
     args = parser.parse_args(argv)
     plan = Interruption.from_arg(args.interrupt) if args.interrupt else None
 
@@ -113,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             crashpoints.install(None)
 
     # Requeue after finishing, the job's exit codes, its log and events: as the job's own main.
-    return run_main(parser.prog, args.spec, args.incarnation, run)
+    return run_main(
+        parser.prog, args.spec, args.incarnation, run, allow_fresh_start=args.allow_fresh_start
+    )
 
 
 if __name__ == "__main__":  # the launcher's forkserver re-imports the main module

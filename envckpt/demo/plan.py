@@ -20,6 +20,7 @@ second one falls inside a restore.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 from collections.abc import Callable, Mapping
@@ -82,6 +83,16 @@ def plan_interruptions(*, seed: int, kills: int, preempt: bool) -> list[Interrup
         point = rng.choice(RESTORE_POINTS) if kind == KILL_IN_RESTORE else ""
         plan.append(Interruption(kind, after, point, rng.randrange(1 << 30)))
     return plan
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of one run of a demo's job process: which run, its planned interruption
+    (``Interruption.to_arg``), and the trainer's ``--allow-fresh-start``."""
+    from envckpt.trainer.startup import add_start_arguments
+
+    parser.add_argument("--incarnation", type=int, required=True)
+    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
+    add_start_arguments(parser)
 
 
 def save_plan(plan: list[Interruption], path: Path) -> None:

@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from envckpt.demo.events import (
@@ -38,6 +40,26 @@ from envckpt.trainer.job_errors import JobExit
 RESTARTED_AFTER = {KILLED, int(JobExit.PREEMPTED), int(JobExit.PREEMPTED_UNSAVED)}
 
 
+def launch_run(
+    module: str,
+    directory: Path,
+    incarnation: int,
+    *flags: str,
+    interruption: Interruption | None = None,
+    env: Mapping[str, str],
+) -> subprocess.Popen[bytes]:
+    """Run ``incarnation`` of a demo's job: ``python -m module FLAGS --incarnation N
+    [--interrupt PLAN]`` in a new process group, its output appended to
+    ``trainer-N.out`` in ``directory``."""
+    command = [sys.executable, "-m", module, *flags, "--incarnation", str(incarnation)]
+    if interruption is not None:
+        command += ["--interrupt", interruption.to_arg()]
+    with (directory / f"trainer-{incarnation}.out").open("ab") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=dict(env)
+        )
+
+
 def start_job(
     settings: DemoSettings,
     incarnation: int,
@@ -51,26 +73,18 @@ def start_job(
 
     ``tokens`` (random ones if not given) reach it through its environment.
     """
-    command = [
-        sys.executable,
-        "-m",
-        "envckpt.demo.trainer_process",
-        "--config",
-        str(settings.directory / SETTINGS_NAME),
-        "--incarnation",
-        str(incarnation),
-    ]
-    if interruption is not None:
-        command += ["--interrupt", interruption.to_arg()]
-    if crash_at:
-        command += ["--crash-at", crash_at]
-    if ray:
-        command.append("--ray")
+    flags = ["--config", str(settings.directory / SETTINGS_NAME)]
+    flags += ["--crash-at", crash_at] if crash_at else []
+    flags += ["--ray"] if ray else []
     # The trainer (and so its Gym servers) dies with this demo (process_tie).
     env = child_env({**os.environ, **(tokens or JobTokens.fresh()).trainer_env()})
-    log = (settings.directory / f"trainer-{incarnation}.out").open("ab")
-    return subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+    return launch_run(
+        "envckpt.demo.trainer_process",
+        settings.directory,
+        incarnation,
+        *flags,
+        interruption=interruption,
+        env=env,
     )
 
 
@@ -117,6 +131,32 @@ def incarnations(plan: list[Interruption], first: int) -> range:
     return range(first, max(len(plan), first - 1) + 3)
 
 
+def run_until_finished(
+    directory: Path,
+    plan: list[Interruption],
+    first: int,
+    run: Callable[[int, Interruption | None], int | None],
+) -> dict[int, int | None]:
+    """Each run of the job from ``first`` (``run(incarnation, its planned interruption)``,
+    its exit code, None when cut off), until one ends without a restart; the exit codes.
+
+    Each exit is recorded; a run that exits 0 is checked as a requeue when the job
+    had finished before it (``note_requeue``).
+    """
+    exits: dict[int, int | None] = {}
+    for incarnation in incarnations(plan, first):
+        interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
+        before = results_digest(directory)
+        code = run(incarnation, interruption)
+        exits[incarnation] = code
+        record_exit(directory, incarnation, code)
+        if code == 0:
+            note_requeue(directory, incarnation, results_before=before)
+        if code not in RESTARTED_AFTER:
+            break
+    return exits
+
+
 def run_processes(
     settings: DemoSettings, plan: list[Interruption], *, ray: bool = False, first: int = 1
 ) -> tuple[Verdict, str]:
@@ -128,21 +168,15 @@ def run_processes(
     if first == 1:
         save_settings(settings, settings.directory / SETTINGS_NAME)
         save_plan(plan, settings.directory / PLAN_NAME)
-    exits: dict[int, int | None] = {}
     tokens = JobTokens.fresh()  # one random pair per run, never on a command line
-    for incarnation in incarnations(plan, first):
-        interruption = plan[incarnation - 1] if incarnation <= len(plan) else None
-        before = results_digest(settings.directory)
+
+    def run(incarnation: int, interruption: Interruption | None) -> int | None:
         process = start_job(
             settings, incarnation, interruption=interruption, ray=ray, tokens=tokens
         )
-        code = watch(settings, process, incarnation)
-        exits[incarnation] = code
-        record_exit(settings.directory, incarnation, code)
-        if code == 0:
-            note_requeue(settings.directory, incarnation, results_before=before)
-        if code not in RESTARTED_AFTER:
-            break
+        return watch(settings, process, incarnation)
+
+    exits = run_until_finished(settings.directory, plan, first, run)
     record, verdict = judge_directory(settings)
     text = render_summary(settings, record, verdict)
     last = max(exits)

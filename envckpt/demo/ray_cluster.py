@@ -20,7 +20,6 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
@@ -29,6 +28,7 @@ from envckpt.demo.events import EVENTS_NAME, EventLog, read_events, record_exit
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.nodes_verdict import judge_nodes_directory, render_nodes
 from envckpt.demo.plan import PLAN_NAME, save_plan
+from envckpt.demo.processes import launch_run
 from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
@@ -123,16 +123,10 @@ def start_trainer(
     settings: DemoSettings, cluster: LocalCluster, *, kills: int, tokens: JobTokens
 ) -> subprocess.Popen[bytes]:
     """The trainer (run 1 of the job) joining ``cluster``, its node kills planned."""
-    command = [
-        sys.executable, "-m", "envckpt.demo.trainer_process",
-        "--config", str(settings.directory / SETTINGS_NAME), "--incarnation", "1",
-        "--ray", "--ray-address", cluster.address, "--node-kills", str(kills),
-    ]  # fmt: skip
+    flags = ["--config", str(settings.directory / SETTINGS_NAME), "--ray"]
+    flags += ["--ray-address", cluster.address, "--node-kills", str(kills)]
     env = {**os.environ, **cluster.environment(), **tokens.trainer_env()}
-    log = (settings.directory / "trainer-1.out").open("ab")
-    return subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-    )
+    return launch_run("envckpt.demo.trainer_process", settings.directory, 1, *flags, env=env)
 
 
 def watch_and_kill(

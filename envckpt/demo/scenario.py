@@ -31,6 +31,9 @@ class DemoSettings:
     # The job's preemption grace and its adaptive snapshot interval (snapshot_loop).
     grace_seconds: float = 30.0
     min_running_ratio: float = 3.0
+    # When every snapshot is refused: start from scratch instead of exiting 3
+    # (the trainer's ``--allow-fresh-start``).
+    allow_fresh_start: bool = False
 
     def __post_init__(self) -> None:
         if self.instances < 1 or self.rollouts < 1:

@@ -2,6 +2,7 @@
 
     python -m envckpt.demo.trainer_process --config job.json --incarnation N
         [--interrupt JSON] [--crash-at POINT[:K]] [--ray [--ray-address A --node-kills K]]
+        [--allow-fresh-start]
 
 It serves its token-row endpoint, launches one ``envckpt.sim.server`` child
 per Gym instance, claims the snapshot root, restores the newest usable
@@ -24,8 +25,9 @@ SIGKILL of the whole process group at a seeded moment after a snapshot, one
 at a crash point inside the restore, or a SIGTERM to itself. ``--crash-at``
 SIGKILLs the group the K-th time a crash point is reached (end-to-end tests).
 
-Exit codes (``JobExit``): 0 finished; 3 the snapshot root cannot be used or
-another trainer holds it; 4 snapshots kept failing; 5 the environment
+Exit codes (``JobExit``): 0 finished; 3 the snapshot root cannot be used,
+another trainer holds it, or it refused every snapshot (unless the settings or
+``--allow-fresh-start`` allow a fresh start); 4 snapshots kept failing; 5 the environment
 restore failed; 75 preempted with its final snapshot published; 76 preempted
 without it. Each non-zero one prints one clear message on stderr, no traceback.
 """
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -48,7 +51,13 @@ from envckpt import crashpoints
 from envckpt.demo.events import EVENTS_NAME, EventLog
 from envckpt.demo.gym_hosting import Hosted, JobTokens, http_instances, ray_instances
 from envckpt.demo.node_loss import InstancesLost, cluster_instances, node_kill_plan
-from envckpt.demo.plan import KILL_IN_RESTORE, PREEMPT, Interrupter, Interruption
+from envckpt.demo.plan import (
+    KILL_IN_RESTORE,
+    PREEMPT,
+    Interrupter,
+    Interruption,
+    add_run_arguments,
+)
 from envckpt.demo.scenario import DemoSettings, load_settings, make_tasks
 from envckpt.demo.telemetry_hooks import announce, metrics_endpoint
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
@@ -179,6 +188,7 @@ async def _train(
         ),
         signals=signals,
         on_final_snapshot=stop_gym,
+        allow_fresh_start=settings.allow_fresh_start,
         observers=observers,
     )
     try:
@@ -252,14 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the demo that started it
     parser = argparse.ArgumentParser(prog="python -m envckpt.demo.trainer_process")
     parser.add_argument("--config", type=Path, required=True)
-    parser.add_argument("--incarnation", type=int, required=True)
-    parser.add_argument("--interrupt", default=None, help="the demo's plan for this run (JSON)")
+    add_run_arguments(parser)
     parser.add_argument("--crash-at", default=None, help="POINT[:K] to SIGKILL the job at")
     parser.add_argument("--ray", action="store_true", help="host the Gym instances in Ray actors")
     parser.add_argument("--ray-address", default=None, help="a multi-node Ray cluster to join")
     parser.add_argument("--node-kills", type=int, default=0, help="nodes to kill (--ray-address)")
     args = parser.parse_args(argv)
     settings = load_settings(args.config)
+    if args.allow_fresh_start:
+        settings = dataclasses.replace(settings, allow_fresh_start=True)
     try:
         record = read_finished(settings.directory)  # before anything is written
     except StartRefused as error:

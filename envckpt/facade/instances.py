@@ -8,40 +8,66 @@ adapter hosted in a Ray actor next to its Gym deployment
 
 from __future__ import annotations
 
-from typing import Protocol
+from abc import ABC, abstractmethod
+from typing import Any, TypeVar
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
 
+T = TypeVar("T")
 
-class InstanceClient(Protocol):
-    """The operations the facade fans out to each instance."""
+
+class InstanceClient(ABC):
+    """The operations the facade fans out to each instance, each written once here.
+
+    A client reaches its instance through one ``_operate`` (an adapter in this
+    process, an actor's generic ``call``); it overrides an operation only where
+    its instance answers it another way.
+    """
+
+    __slots__ = ()
 
     @property
+    @abstractmethod
     def instance_id(self) -> str: ...
 
-    async def state(self) -> str: ...
+    @abstractmethod
+    async def _operate(self, expected: type[T], operation: str, *args: Any, **kwargs: Any) -> T:
+        """Run ``operation`` on the instance; its result (``expected``: the type it must have)."""
 
-    async def discover(self) -> None: ...
+    async def state(self) -> str:
+        return await self._operate(str, "state")
 
-    async def restart_only_servers(self) -> list[str]: ...
+    async def discover(self) -> None:
+        await self._operate(type(None), "discover")
 
-    async def participant_names(self) -> tuple[str, ...]: ...
+    async def restart_only_servers(self) -> list[str]:
+        return [str(name) for name in await self._operate(list, "restart_only_servers")]
+
+    async def participant_names(self) -> tuple[str, ...]:
+        return tuple(str(name) for name in await self._operate(tuple, "participant_names"))
 
     async def prepare(
         self, checkpoint_id: str, *, deadline_ts: float
-    ) -> GymCheckpointPrepareSummary: ...
+    ) -> GymCheckpointPrepareSummary:
+        summary = GymCheckpointPrepareSummary
+        return await self._operate(summary, "prepare", checkpoint_id, deadline_ts=deadline_ts)
 
-    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> None: ...
+    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> None:
+        await self._operate(type(None), "renew", checkpoint_id, deadline_ts=deadline_ts)
 
     async def retire(
         self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None: ...
+    ) -> None:
+        args = (checkpoint_id, tuple(episodes))
+        await self._operate(type(None), "retire", *args, deadline_ts=deadline_ts)
 
     async def forget(
         self, checkpoint_id: str, rollout_ids: tuple[str, ...], *, deadline_ts: float
-    ) -> None: ...
+    ) -> None:
+        args = (checkpoint_id, tuple(rollout_ids))
+        await self._operate(type(None), "forget", *args, deadline_ts=deadline_ts)
 
     async def commit(
         self,
@@ -50,7 +76,11 @@ class InstanceClient(Protocol):
         episodes: tuple[EnvironmentEpisode, ...],
         *,
         deadline_ts: float,
-    ) -> GymCheckpointCommitSummary: ...
+    ) -> GymCheckpointCommitSummary:
+        args = (checkpoint_id, str(checkpoint_root), tuple(episodes))
+        return await self._operate(
+            GymCheckpointCommitSummary, "commit", *args, deadline_ts=deadline_ts
+        )
 
     async def restore(
         self,
@@ -61,16 +91,28 @@ class InstanceClient(Protocol):
         participants: tuple[str, ...],
         source_checkpoint_id: str,
         deadline_ts: float,
-    ) -> None: ...
+    ) -> None:
+        args = (checkpoint_id, str(checkpoint_root), tuple(episodes))
+        await self._operate(
+            type(None),
+            "restore",
+            *args,
+            participants=tuple(participants),
+            source_checkpoint_id=source_checkpoint_id,
+            deadline_ts=deadline_ts,
+        )
 
     async def abandon_restore(
         self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None: ...
+    ) -> None:
+        args = (checkpoint_id, tuple(episodes))
+        await self._operate(type(None), "abandon_restore", *args, deadline_ts=deadline_ts)
 
-    async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None: ...
+    async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
+        await self._operate(type(None), "resume", checkpoint_id, deadline_ts=deadline_ts)
 
 
-class LocalInstance:
+class LocalInstance(InstanceClient):
     """``InstanceClient`` over an adapter in this process."""
 
     # A trainer holds one per Gym instance: no per-object dict.
@@ -83,14 +125,13 @@ class LocalInstance:
     def instance_id(self) -> str:
         return self.adapter.instance.instance_id
 
+    async def _operate(self, expected: type[T], operation: str, *args: Any, **kwargs: Any) -> T:
+        # Every other operation is the adapter's method of the same name.
+        result: T = await getattr(self.adapter, operation)(*args, **kwargs)
+        return result
+
     async def state(self) -> str:
         return self.adapter.state
-
-    async def discover(self) -> None:
-        await self.adapter.discover()
-
-    async def restart_only_servers(self) -> list[str]:
-        return await self.adapter.restart_only_servers()
 
     async def participant_names(self) -> tuple[str, ...]:
         return tuple(sorted(self.adapter.participants.names))
@@ -100,55 +141,3 @@ class LocalInstance:
     ) -> GymCheckpointPrepareSummary:
         result = await self.adapter.prepare(checkpoint_id, deadline_ts=deadline_ts)
         return GymCheckpointPrepareSummary.from_result(result)
-
-    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> None:
-        await self.adapter.renew(checkpoint_id, deadline_ts=deadline_ts)
-
-    async def retire(
-        self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None:
-        await self.adapter.retire(checkpoint_id, episodes, deadline_ts=deadline_ts)
-
-    async def forget(
-        self, checkpoint_id: str, rollout_ids: tuple[str, ...], *, deadline_ts: float
-    ) -> None:
-        await self.adapter.forget(checkpoint_id, rollout_ids, deadline_ts=deadline_ts)
-
-    async def commit(
-        self,
-        checkpoint_id: str,
-        checkpoint_root: str,
-        episodes: tuple[EnvironmentEpisode, ...],
-        *,
-        deadline_ts: float,
-    ) -> GymCheckpointCommitSummary:
-        return await self.adapter.commit(
-            checkpoint_id, checkpoint_root, episodes, deadline_ts=deadline_ts
-        )
-
-    async def restore(
-        self,
-        checkpoint_id: str,
-        checkpoint_root: str,
-        episodes: tuple[EnvironmentEpisode, ...],
-        *,
-        participants: tuple[str, ...],
-        source_checkpoint_id: str,
-        deadline_ts: float,
-    ) -> None:
-        await self.adapter.restore(
-            checkpoint_id,
-            checkpoint_root,
-            episodes,
-            participants=participants,
-            source_checkpoint_id=source_checkpoint_id,
-            deadline_ts=deadline_ts,
-        )
-
-    async def abandon_restore(
-        self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None:
-        await self.adapter.abandon_restore(checkpoint_id, episodes, deadline_ts=deadline_ts)
-
-    async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
-        await self.adapter.resume(checkpoint_id, deadline_ts=deadline_ts)

@@ -31,10 +31,8 @@ import contextlib
 from typing import Any, TypeVar
 
 from envckpt.clock import Clock, SystemClock
-from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import GymCheckpointUnavailable, ProtocolViolation
-from envckpt.facade.instances import LocalInstance
-from envckpt.gym.summaries import GymCheckpointCommitSummary, GymCheckpointPrepareSummary
+from envckpt.facade.instances import InstanceClient, LocalInstance
 
 T = TypeVar("T")
 
@@ -110,7 +108,7 @@ class InstanceActor:
             raise
 
 
-class RayInstance:
+class RayInstance(InstanceClient):
     """``InstanceClient`` over an ``InstanceActor`` handle; every call is bounded."""
 
     def __init__(
@@ -142,96 +140,19 @@ class RayInstance:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._instance_id!r})"
 
-    # -------------------------------------------------------- InstanceClient
-
-    async def state(self) -> str:
-        return await self._typed(str, "state")
-
-    async def discover(self) -> None:
-        await self._typed(type(None), "discover")
-
-    async def restart_only_servers(self) -> list[str]:
-        return [str(name) for name in await self._typed(list, "restart_only_servers")]
-
-    async def participant_names(self) -> tuple[str, ...]:
-        return tuple(str(name) for name in await self._typed(tuple, "participant_names"))
-
-    async def prepare(
-        self, checkpoint_id: str, *, deadline_ts: float
-    ) -> GymCheckpointPrepareSummary:
-        summary = GymCheckpointPrepareSummary
-        return await self._typed(summary, "prepare", checkpoint_id, deadline_ts=deadline_ts)
-
-    async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> None:
-        await self._typed(type(None), "renew", checkpoint_id, deadline_ts=deadline_ts)
-
-    async def retire(
-        self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None:
-        args = (checkpoint_id, tuple(episodes))
-        await self._typed(type(None), "retire", *args, deadline_ts=deadline_ts)
-
-    async def forget(
-        self, checkpoint_id: str, rollout_ids: tuple[str, ...], *, deadline_ts: float
-    ) -> None:
-        args = (checkpoint_id, tuple(rollout_ids))
-        await self._typed(type(None), "forget", *args, deadline_ts=deadline_ts)
-
-    async def commit(
-        self,
-        checkpoint_id: str,
-        checkpoint_root: str,
-        episodes: tuple[EnvironmentEpisode, ...],
-        *,
-        deadline_ts: float,
-    ) -> GymCheckpointCommitSummary:
-        args = (checkpoint_id, str(checkpoint_root), tuple(episodes))
-        return await self._typed(
-            GymCheckpointCommitSummary, "commit", *args, deadline_ts=deadline_ts
-        )
-
-    async def restore(
-        self,
-        checkpoint_id: str,
-        checkpoint_root: str,
-        episodes: tuple[EnvironmentEpisode, ...],
-        *,
-        participants: tuple[str, ...],
-        source_checkpoint_id: str,
-        deadline_ts: float,
-    ) -> None:
-        args = (checkpoint_id, str(checkpoint_root), tuple(episodes))
-        await self._typed(
-            type(None),
-            "restore",
-            *args,
-            participants=tuple(participants),
-            source_checkpoint_id=source_checkpoint_id,
-            deadline_ts=deadline_ts,
-        )
-
-    async def abandon_restore(
-        self, checkpoint_id: str, episodes: tuple[EnvironmentEpisode, ...], *, deadline_ts: float
-    ) -> None:
-        args = (checkpoint_id, tuple(episodes))
-        await self._typed(type(None), "abandon_restore", *args, deadline_ts=deadline_ts)
-
-    async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
-        await self._typed(type(None), "resume", checkpoint_id, deadline_ts=deadline_ts)
-
     # ----------------------------------------------------------- test hooks
 
     async def stall(self, seconds: float, operation: str | None = None) -> None:
         """Test hook: the actor's next control call (of ``operation``) first sleeps."""
-        await self._typed(type(None), "stall", seconds, operation)
+        await self._operate(type(None), "stall", seconds, operation)
 
     async def cancelled_calls(self) -> int:
         """Test hook: how many stalled calls the actor saw cancelled."""
-        return await self._typed(int, "cancelled_calls")
+        return await self._operate(int, "cancelled_calls")
 
     # ------------------------------------------------------------- the call
 
-    async def _typed(self, expected: type[T], operation: str, *args: object, **kwargs: Any) -> T:
+    async def _operate(self, expected: type[T], operation: str, *args: Any, **kwargs: Any) -> T:
         result = await self._call(operation, *args, **kwargs)
         if not isinstance(result, expected):
             raise ProtocolViolation(

@@ -39,13 +39,18 @@ def _int(value: object, what: str) -> int:
     return value
 
 
-class CounterSessions:
-    """``example_session_state_mgmt``: one integer counter per session."""
+class ServerSessions:
+    """The base of each adapter: the resources server object whose sessions it saves
+    and restores (``export_restore``)."""
 
     checkpoint_mode = "export_restore"
 
     def __init__(self, server: Any) -> None:
         self.server = server
+
+
+class CounterSessions(ServerSessions):
+    """``example_session_state_mgmt``: one integer counter per session."""
 
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         counters = self.server.session_id_to_counter
@@ -61,13 +66,8 @@ class CounterSessions:
         self.server.session_id_to_counter.pop(session_id, None)
 
 
-class MultiTurnSessions:
+class MultiTurnSessions(ServerSessions):
     """``example_multi_turn_gymnasium``: how many follow-ups a session has been sent."""
-
-    checkpoint_mode = "export_restore"
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
 
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         turns = self.server.session_turns
@@ -116,13 +116,8 @@ def _check_hand(hand: object, what: str) -> list[str]:
     return hand
 
 
-class BlackjackSessions:
+class BlackjackSessions(ServerSessions):
     """``blackjack``: both hands and the session's random generator."""
-
-    checkpoint_mode = "export_restore"
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
 
     def export_session(self, session_id: str) -> dict[str, Any] | None:
         state = self.server.session_state.get(session_id)

@@ -8,7 +8,8 @@ return) runs inside ``core.admit`` on a copy of the state, which replaces the
 saved one only when the step completed, so the saved state is always at a
 boundary::
 
-    runtime = AgentRuntime(server=agent, recipe=SimpleAgentRecipe(), server_name="agent")
+    runtime = AgentRuntime(server=agent, recipe=SimpleAgentRecipe(agent, SimpleAgentRunRequest),
+                           server_name="agent")
     result = await runtime.run(body_json)      # the /run handler; ParticipantError on refusal
 
 A step refused with ``admission_closed`` (this agent is closed, or the model
@@ -24,10 +25,10 @@ next attempt; that attempt's ``/run`` continues from the saved phase.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from envckpt.episodes import EnvironmentEpisode, capture_keys
+from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.calls import EpisodeCalls
 from envckpt.nemo_gym.run_state import (
@@ -36,9 +37,9 @@ from envckpt.nemo_gym.run_state import (
     RunState,
     task_of,
 )
+from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
 from envckpt.participant.core import ParticipantCore
-from envckpt.participant.model_calls import is_refused_call
-from envckpt.protocol import Phase
+from envckpt.participant.hooks import HookDefaults
 
 PARK_FIRST_SECONDS = 0.02
 PARK_MAX_SECONDS = 0.25
@@ -78,11 +79,7 @@ def episode_of(body: Mapping[str, Any]) -> EnvironmentEpisode:
         raise ParticipantError("invalid_request", f"rollout identity: {error}") from None
 
 
-def _retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
-    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)
-
-
-class AgentRuntime:
+class AgentRuntime(HookDefaults):
     """The ``/run`` driver and ``StateHooks`` of one checkpointable agent server."""
 
     def __init__(
@@ -113,37 +110,12 @@ class AgentRuntime:
             raise ParticipantError("invalid_request", f"{episode.capture_key} holds another task")
         if episode in self._tasks:
             raise ParticipantError("invalid_request", f"{episode.capture_key} is already running")
-        # Its own task, so retire can cancel the work without cancelling the caller.
-        work = asyncio.create_task(self._drive(episode, body))
-        self._tasks[episode] = work
-        try:
-            return await work
-        except asyncio.CancelledError:
-            caller = asyncio.current_task()
-            if (caller is None or caller.cancelling() == 0) and not self.core.fence.is_current(
-                episode
-            ):
-                raise ParticipantError(
-                    "stale_attempt", f"{episode.capture_key} was retired while running"
-                ) from None
-            raise
-        finally:
-            if self._tasks.get(episode) is work:
-                del self._tasks[episode]
-
-    async def _drive(self, episode: EnvironmentEpisode, body: dict[str, Any]) -> dict[str, Any]:
-        while True:
-            try:
-                result = await self._step(episode, body)
-            except ParticipantError as error:
-                if error.code != "admission_closed":
-                    raise
-                if is_refused_call(error):
-                    self._count_refused(episode)
-                await self._park(episode)
-                continue
-            if result is not None:
-                return result
+        work = step_until_done(
+            lambda: self._step(episode, body),
+            park=lambda: self._park(episode),
+            on_refused_call=lambda: self._count_refused(episode),
+        )
+        return await run_own_task(episode, work, running=self._tasks, fence=self.core.fence)
 
     async def _step(
         self, episode: EnvironmentEpisode, body: dict[str, Any]
@@ -198,21 +170,14 @@ class AgentRuntime:
         return result
 
     async def _park(self, episode: EnvironmentEpisode) -> None:
-        """Wait until this agent is open again, then let the step be retried.
-
-        Polls with backoff: the refusal may have come from the model, whose
-        reopening only a retry observes (resume runs in reverse stage order).
-        """
+        """Wait until this agent is open again (polled with backoff), then let the step be
+        retried."""
         self.parks += 1
         self._parked.add(episode)
-        delay = PARK_FIRST_SECONDS
         try:
-            while True:
-                await asyncio.sleep(delay)
-                delay = min(PARK_MAX_SECONDS, delay * 2)
-                await self.core.expire_if_due()  # a lapsed lease reopens admission
-                if self.core.phase is Phase.IDLE:
-                    return
+            await wait_until_open(
+                self.core, first_seconds=PARK_FIRST_SECONDS, max_seconds=PARK_MAX_SECONDS
+            )
         finally:
             self._parked.discard(episode)
 
@@ -239,9 +204,6 @@ class AgentRuntime:
 
     async def close_admission(self) -> None:
         return None  # running steps finish at their boundary; new ones park
-
-    async def open_admission(self) -> None:
-        return None
 
     def export(
         self, scope: frozenset[EnvironmentEpisode]
@@ -274,19 +236,13 @@ class AgentRuntime:
             self._runs[episode] = run
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [task for e, task in self._tasks.items() if _retired_by(e, episodes)]
+        doomed = [task for e, task in self._tasks.items() if retired_by(e, episodes)]
         for task in doomed:
             task.cancel()
         if doomed:
             await asyncio.wait(doomed)
-        for held in [e for e in self._runs if _retired_by(e, episodes)]:
+        for held in [e for e in self._runs if retired_by(e, episodes)]:
             del self._runs[held]
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None
 
 
 def _as_run(run: object) -> RunState:

@@ -33,7 +33,7 @@ def run_body(body: Any) -> dict[str, Any]:
     return raw
 
 
-def _recipes() -> list[tuple[type[Any], type[Any], Callable[[Any], Any]]]:
+def _recipes() -> list[tuple[type[Any], type[Any], Callable[[Any, Any], Any]]]:
     from responses_api_agents.gymnasium_agent.app import GymnasiumAgent, GymnasiumAgentRunRequest
     from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentRunRequest
 
@@ -62,7 +62,7 @@ def agent_overrides(server_cls: type[Any]) -> tuple[Callable[[Any, Any], Any], d
         if getattr(server.config, "resources_server", None) is None:
             raise ValueError("a checkpointable /run needs a resources_server")
         return AgentRuntime(
-            server=server, recipe=recipe_cls(server), server_name=server.config.name
+            server=server, recipe=recipe_cls(server, request_type), server_name=server.config.name
         )
 
     async def run(self: Any, request: Request, body: Any) -> JSONResponse:

@@ -69,45 +69,54 @@ def _common() -> dict[str, Any]:
     }
 
 
-def counter_config(*, agent: str = "counter_agent", resources: str = "counter") -> dict[str, Any]:
+def _deployment(
+    *,
+    agent: str,
+    agent_class: str,
+    resources: str,
+    resources_class: str,
+    domain: str,
+    **agent_settings: Any,
+) -> dict[str, Any]:
+    """The scripted policy, one resources server and the agent that uses both."""
     config = _common()
     config[resources] = {
-        "resources_servers": {
-            "example_session_state_mgmt": {"entrypoint": "app.py", "domain": "agent"}
-        }
+        "resources_servers": {resources_class: {"entrypoint": "app.py", "domain": domain}}
     }
     config[agent] = {
         "responses_api_agents": {
-            "simple_agent": {
+            agent_class: {
                 "entrypoint": "app.py",
                 "resources_server": {"type": "resources_servers", "name": resources},
                 "model_server": {"type": "responses_api_models", "name": POLICY},
+                **agent_settings,
             }
         }
     }
     return config
+
+
+def counter_config(*, agent: str = "counter_agent", resources: str = "counter") -> dict[str, Any]:
+    return _deployment(
+        agent=agent,
+        agent_class="simple_agent",
+        resources=resources,
+        resources_class="example_session_state_mgmt",
+        domain="agent",
+    )
 
 
 def multi_turn_config(
     *, agent: str = "multi_turn_agent", resources: str = "multi_turn"
 ) -> dict[str, Any]:
-    config = _common()
-    config[resources] = {
-        "resources_servers": {
-            "example_multi_turn_gymnasium": {"entrypoint": "app.py", "domain": "knowledge"}
-        }
-    }
-    config[agent] = {
-        "responses_api_agents": {
-            "gymnasium_agent": {
-                "entrypoint": "app.py",
-                "resources_server": {"type": "resources_servers", "name": resources},
-                "model_server": {"type": "responses_api_models", "name": POLICY},
-                "max_steps": 10,
-            }
-        }
-    }
-    return config
+    return _deployment(
+        agent=agent,
+        agent_class="gymnasium_agent",
+        resources=resources,
+        resources_class="example_multi_turn_gymnasium",
+        domain="knowledge",
+        max_steps=10,
+    )
 
 
 def counter_task(increments: list[int], *, initial: int) -> dict[str, Any]:

@@ -17,27 +17,23 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from nemo_gym.openai_utils import NeMoGymFunctionCallOutput, NeMoGymResponse
+from nemo_gym.openai_utils import NeMoGymResponse
 from nemo_gym.server_utils import get_response_json
 
 from envckpt.nemo_gym.calls import EpisodeCalls, keep_application, response_cookies
 from envckpt.nemo_gym.loop_state import (
-    add_usage,
-    check_loop,
-    dump_item,
-    dump_items,
-    input_items,
+    CONVERSATION_TYPES,
+    ForkedRecipe,
+    keep_model_output,
     response_with_output,
+    tool_output_item,
     user_message,
 )
 from envckpt.nemo_gym.run_state import RunState, plain_json
 
 FLAVOR = "gymnasium_agent"
-_LOOP_TYPES: dict[str, Any] = {
-    "input": list,
-    "outputs": list,
-    "step": int,
-    "usage": (dict, type(None)),
+_LOOP_TYPES: dict[str, type | tuple[type, ...]] = {
+    **CONVERSATION_TYPES,
     "last_response": (dict, type(None)),
     "reward": (int, float),
     "step_data": dict,
@@ -46,49 +42,30 @@ _LOOP_TYPES: dict[str, Any] = {
 }
 
 
-class GymnasiumAgentRecipe:
+class GymnasiumAgentRecipe(ForkedRecipe):
     """The phases of ``GymnasiumAgent.run`` for one agent config."""
 
     flavor = FLAVOR
-
-    def __init__(self, server: Any) -> None:
-        from responses_api_agents.gymnasium_agent.app import GymnasiumAgentRunRequest
-
-        self.config = server.config
-        self.request_type = GymnasiumAgentRunRequest
+    loop_types = _LOOP_TYPES
 
     def start(self, body: dict[str, Any]) -> RunState:
         from resources_servers.gymnasium import EnvStepResponse
 
-        loop = {
-            "input": input_items(body["responses_create_params"]),
-            "outputs": [],
-            "step": 0,
-            "usage": None,
-            "last_response": None,
-            "reward": 0.0,
-            # Upstream's step_data before the first step.
-            "step_data": EnvStepResponse(terminated=False, truncated=True, reward=0.0).model_dump(
-                mode="json"
-            ),
-            "supports_close": False,
-            "idempotent_steps": False,
-        }
-        return RunState(flavor=FLAVOR, body=body, phase="seed", loop=loop)
-
-    def _request(self, run: RunState) -> Any:
-        return self.request_type.model_validate(run.body)
+        # Upstream's step_data before the first step.
+        before_first = EnvStepResponse(terminated=False, truncated=True, reward=0.0)
+        return self._new_run(
+            body,
+            last_response=None,
+            reward=0.0,
+            step_data=before_first.model_dump(mode="json"),
+            supports_close=False,
+            idempotent_steps=False,
+        )
 
     async def seed(self, run: RunState, calls: EpisodeCalls) -> None:
         from resources_servers.gymnasium import EnvResetResponse
 
-        reset_resp = await calls.post(
-            calls.require_resources(),
-            calls.resources_path("/reset", prefixed=True),
-            json=self._request(run).model_dump(),
-        )
-        run.resources_cookies = response_cookies(reset_resp)
-        keep_application(run.applications, reset_resp)
+        reset_resp = await self._open_session(run, calls, "/reset")
         reset_payload = await get_response_json(reset_resp)
         info = reset_payload.get("info") if isinstance(reset_payload, dict) else None
         if isinstance(info, dict):
@@ -104,16 +81,9 @@ class GymnasiumAgentRecipe:
         from resources_servers.gymnasium import EnvStepResponse
 
         loop = run.loop
-        loop["step"] += 1
-        new_body = {**run.body["responses_create_params"], "input": loop["input"] + loop["outputs"]}
-        model_resp = await calls.post(
-            calls.model_server, calls.model_path(), json=new_body, cookies=run.model_cookies or None
-        )
-        model_response = NeMoGymResponse.model_validate(await get_response_json(model_resp))
-        run.model_cookies = response_cookies(model_resp)
+        model_response = NeMoGymResponse.model_validate(await self._call_model(run, calls))
         loop["last_response"] = model_response.model_dump(mode="json")
-        loop["outputs"].extend(dump_items(model_response.output))
-        loop["usage"] = add_usage(loop["usage"], model_response.usage)
+        keep_model_output(loop, model_response)
 
         step_body = self._request(run).model_dump() | {"response": model_response.model_dump()}
         if loop["idempotent_steps"]:
@@ -132,15 +102,7 @@ class GymnasiumAgentRecipe:
             return
 
         for tool_output in (step_data.info or {}).get("tool_outputs", []):
-            loop["outputs"].append(
-                dump_item(
-                    NeMoGymFunctionCallOutput(
-                        type="function_call_output",
-                        call_id=tool_output["call_id"],
-                        output=tool_output["output"],
-                    )
-                )
-            )
+            loop["outputs"].append(tool_output_item(tool_output["call_id"], tool_output["output"]))
         if step_data.observation:
             loop["outputs"].append(user_message(step_data.observation))
 
@@ -184,12 +146,6 @@ class GymnasiumAgentRecipe:
         ).model_dump(mode="json")
         return document
 
-    def validate_loop(self, run: RunState) -> None:
-        check_loop(run.loop, _LOOP_TYPES)
+    def _check_phase(self, run: RunState) -> None:
         if run.phase == "return" and run.loop["last_response"] is None:
             raise ValueError("a finished gymnasium run has no model response")
-        self._request(run)
-
-    def step_of(self, run: RunState) -> int:
-        step: int = run.loop.get("step", 0)
-        return step

@@ -36,8 +36,8 @@ from pydantic import PrivateAttr
 
 from envckpt.http.apps import hide_docs
 from envckpt.http.routes import mount_participant
-from envckpt.nemo_gym.settings import READY_FILE_ENV, control_token, envckpt_block, expose_docs
 from envckpt.nemo_gym.settings import checkpoint_root as configured_checkpoint_root
+from envckpt.nemo_gym.settings import control_token, envckpt_block, expose_docs
 from envckpt.participant.json_state import parse_non_finite
 
 T = TypeVar("T")
@@ -120,17 +120,9 @@ def checkpointable(
         participant.core.non_finite = parse_non_finite(block.get("non_finite"))
         setattr(self, ATTRIBUTE, participant)
         mount_participant(app, participant.core, token=secret, checkpoint_root=root)
-        ready_file = os.environ.get(READY_FILE_ENV)
-        if ready_file:
-            from envckpt.nemo_gym.readiness import announce_when_listening
+        from envckpt.nemo_gym.readiness import announce_if_asked
 
-            announce_when_listening(
-                app,
-                host=self.config.host,
-                port=int(self.config.port),
-                ready_file=ready_file,
-                name=self.config.name,
-            )
+        announce_if_asked(app, self)
         return app
 
     def envckpt(self: Any) -> Any:

@@ -242,6 +242,7 @@ async def _train(
             keep_latest_k=spec.keep_latest_k,
             max_in_flight_per_instance=spec.in_flight_per_instance,
             on_progress=progress,
+            allow_fresh_start=spec.allow_fresh_start,
         )
         event, fields = restored_event(started.report, finished_before=len(started.results))
         emit(event, **fields)
@@ -309,9 +310,12 @@ async def run_uninterrupted(
 
 def main(argv: list[str] | None = None) -> int:
     tie_to_parent()  # dies with the process that started it, if that one asked
+    from envckpt.trainer.startup import add_start_arguments
+
     parser = argparse.ArgumentParser(prog="python -m envckpt.nemo_gym.job")
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--incarnation", type=int, required=True)
+    add_start_arguments(parser)
     args = parser.parse_args(argv)
 
     def run(spec: JobSpec, events: EventLog) -> None:
@@ -319,7 +323,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from envckpt.nemo_gym.job_process import run_main
 
-    return run_main(parser.prog, args.spec, args.incarnation, run)
+    return run_main(
+        parser.prog, args.spec, args.incarnation, run, allow_fresh_start=args.allow_fresh_start
+    )
 
 
 if __name__ == "__main__":

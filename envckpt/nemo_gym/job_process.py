@@ -4,6 +4,7 @@
 through ``run_main``::
 
     return run_main(prog, spec_path, incarnation, run)   # run(spec, events) does the job
+    # (allow_fresh_start=args.allow_fresh_start: the trainer's --allow-fresh-start)
 
 In order: the spec is read; if the job's root records that it finished
 (``envckpt.trainer.finished``) the process prints ``already finished`` and
@@ -17,6 +18,7 @@ failed) and a ``stopped`` event; anything else keeps its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -65,9 +67,17 @@ def run_main(
     spec_path: Path,
     incarnation: int,
     run: Callable[[JobSpec, EventLog], Any],
+    *,
+    allow_fresh_start: bool = False,
 ) -> int:
-    """A job process's ``main`` around ``run(spec, events)``: requeue, logs, exit codes."""
+    """A job process's ``main`` around ``run(spec, events)``: requeue, logs, exit codes.
+
+    ``allow_fresh_start`` (the command line's ``--allow-fresh-start``) allows
+    a fresh start also where the spec does not.
+    """
     spec = JobSpec.load(spec_path)
+    if allow_fresh_start:
+        spec = dataclasses.replace(spec, allow_fresh_start=True)
     try:
         record = already_finished(spec)  # reads only: nothing is written before this
     except Exception as error:

@@ -52,6 +52,8 @@ class JobSpec:
     prepare_seconds: float = 30.0
     # What the policy model's prepare does with generations still running.
     model_calls: str = "wait_then_refuse"
+    # When every snapshot is refused: start from scratch instead of exiting 3.
+    allow_fresh_start: bool = False
 
     @property
     def root(self) -> Path:
@@ -82,6 +84,7 @@ class JobSpec:
             "control_run": self.control_run,
             "prepare_seconds": self.prepare_seconds,
             "model_calls": self.model_calls,
+            "allow_fresh_start": self.allow_fresh_start,
         }
 
     @classmethod

@@ -47,11 +47,12 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym.gate import envelope_response
 from envckpt.nemo_gym.settings import envckpt_block, staging_token
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import HookDefaults
 from envckpt.participant.model_calls import (
     DEFAULT_MODEL_CALLS,
     ModelCallPolicy,
@@ -91,7 +92,7 @@ class _Call:
 _CALL: ContextVar[_Call | None] = ContextVar("envckpt_model_call", default=None)
 
 
-class ModelParticipant:
+class ModelParticipant(HookDefaults):
     """Token-row ledger, ``TokenSink`` and ``StateHooks`` of the policy model server.
 
     ``store`` is nemo-gym's ``TokenCaptureStore`` (None without capture);
@@ -224,9 +225,6 @@ class ModelParticipant:
         # Running generations finish (admit tracks them); new ones are refused.
         self.admission_closes += 1
 
-    async def open_admission(self) -> None:
-        return None
-
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
@@ -266,7 +264,7 @@ class ModelParticipant:
             self._seen.add(episode)
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [e for e in self._rows if _retired_by(e, episodes)]
+        doomed = [e for e in self._rows if retired_by(e, episodes)]
         for held in doomed:
             del self._rows[held]
             if self.store is not None:
@@ -275,14 +273,6 @@ class ModelParticipant:
     def forget(self, rollout_ids: Iterable[str]) -> None:
         gone = set(rollout_ids)
         self._seen = {e for e in self._seen if e.rollout_id not in gone}
-
-    def release_exported(self) -> None:
-        # The rows live in the trainer's data plane as well: nothing to free here.
-        return None
-
-
-def _retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
-    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)
 
 
 def _as_rows(rows: object) -> tuple[TokenRow, ...]:

@@ -10,6 +10,7 @@ process took (and serves) is never announced; this server's own bind then
 fails, it exits, and the launcher sees why::
 
     announce_when_listening(app, host="127.0.0.1", port=8000, ready_file=path, name="policy")
+    announce_if_asked(app, server)     # a nemo-gym server, when its launcher set the file
     # the launcher waits for: {"name": "policy", "url": "http://127.0.0.1:8000", "pid": 1234}
 """
 
@@ -108,3 +109,19 @@ def read_ready_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(record, dict) or not isinstance(record.get("url"), str):
         raise ValueError(f"{path} is not a ready file")
     return record
+
+
+def announce_if_asked(app: Any, server: Any) -> None:
+    """Announce a nemo-gym ``server`` (its config's host, port and name) once ``app``
+    listens, when the launcher asked for it (``READY_FILE_ENV`` names the file)."""
+    from envckpt.nemo_gym.settings import READY_FILE_ENV
+
+    ready_file = os.environ.get(READY_FILE_ENV)
+    if ready_file:
+        announce_when_listening(
+            app,
+            host=server.config.host,
+            port=int(server.config.port),
+            ready_file=ready_file,
+            name=server.config.name,
+        )

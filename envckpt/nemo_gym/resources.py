@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, retired_by
 from envckpt.errors import ParticipantError
 from envckpt.nemo_gym import sessions as session_protocol
 from envckpt.nemo_gym.gate import envelope_response, refuse
 from envckpt.nemo_gym.sessions import SessionCheckpoint
 from envckpt.nemo_gym.settings import envckpt_block
 from envckpt.participant.core import ParticipantCore
+from envckpt.participant.hooks import HookDefaults
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 
 SEED_ROUTES = frozenset({"/seed_session", "/reset"})
@@ -66,7 +67,7 @@ class SavedSession:
     state: dict[str, Any]
 
 
-class SessionParticipant:
+class SessionParticipant(HookDefaults):
     """Session links, admission and ``StateHooks`` of one resources server."""
 
     def __init__(
@@ -146,12 +147,6 @@ class SessionParticipant:
     def live_episodes(self) -> frozenset[EnvironmentEpisode]:
         return frozenset(self._live)
 
-    async def close_admission(self) -> None:
-        return None
-
-    async def open_admission(self) -> None:
-        return None
-
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
@@ -162,9 +157,6 @@ class SessionParticipant:
             state = self.sessions.export_session(session_id)
             if state is not None:  # None: the server holds nothing for it any more
                 yield episode, {"session_id": session_id, "state": state}
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        return {}
 
     def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> SavedSession:
         if self.sessions is None:
@@ -187,7 +179,7 @@ class SessionParticipant:
             self.link(session.session_id, episode)
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        for episode in [e for e in self._live if _retired_by(e, episodes)]:
+        for episode in [e for e in self._live if retired_by(e, episodes)]:
             session_id = self._live.pop(episode)
             # The link stays (not live): a late call of this attempt is refused.
             self._links[session_id].live = False
@@ -198,13 +190,6 @@ class SessionParticipant:
         for session_id in [s for s, link in self._links.items() if link.episode.rollout_id in gone]:
             if not self._links[session_id].live:
                 del self._links[session_id]
-
-    def release_exported(self) -> None:
-        return None
-
-
-def _retired_by(held: EnvironmentEpisode, retired: Iterable[EnvironmentEpisode]) -> bool:
-    return any(held.rollout_id == r.rollout_id and held.attempt <= r.attempt for r in retired)
 
 
 def _as_saved(state: object) -> SavedSession:

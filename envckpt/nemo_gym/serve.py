@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envckpt.http.client import NEMO_GYM_SERVER_TYPES
-from envckpt.nemo_gym.settings import READY_FILE_ENV, envckpt_block
+from envckpt.nemo_gym.settings import envckpt_block
 from envckpt.process_tie import tie_to_parent
 
 CONFIG_DICT_ENV = "NEMO_GYM_CONFIG_DICT"
@@ -83,25 +83,13 @@ def plain(server_cls: type[Any]) -> type[Any]:
     from envckpt.nemo_gym.hosting import same_name_subclass
 
     def setup_webserver(self: Any) -> Any:
+        from envckpt.nemo_gym.readiness import announce_if_asked
+
         app = server_cls.setup_webserver(self)
-        _announce(app, self)
+        announce_if_asked(app, self)
         return app
 
     return same_name_subclass(server_cls, {"setup_webserver": setup_webserver})
-
-
-def _announce(app: Any, server: Any) -> None:
-    ready_file = os.environ.get(READY_FILE_ENV)
-    if ready_file:
-        from envckpt.nemo_gym.readiness import announce_when_listening
-
-        announce_when_listening(
-            app,
-            host=server.config.host,
-            port=int(server.config.port),
-            ready_file=ready_file,
-            name=server.config.name,
-        )
 
 
 def main() -> int:

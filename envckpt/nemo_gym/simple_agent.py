@@ -21,7 +21,6 @@ import json
 from typing import Any
 
 from nemo_gym.openai_utils import (
-    NeMoGymFunctionCallOutput,
     NeMoGymResponse,
     NeMoGymResponseFunctionToolCall,
     NeMoGymResponseOutputMessage,
@@ -31,12 +30,11 @@ from pydantic import ValidationError
 
 from envckpt.nemo_gym.calls import EpisodeCalls, keep_application, response_cookies
 from envckpt.nemo_gym.loop_state import (
-    add_usage,
-    check_loop,
-    dump_item,
-    dump_items,
-    input_items,
+    CONVERSATION_TYPES,
+    ForkedRecipe,
+    keep_model_output,
     response_with_output,
+    tool_output_item,
 )
 from envckpt.nemo_gym.run_state import RunState, plain_json
 
@@ -50,64 +48,30 @@ NO_OUTPUT_MESSAGE = (
     "This indicates either a badly trained model requiring training-level fixes "
     "or a bug in the inference engine."
 )
-_LOOP_TYPES: dict[str, Any] = {
-    "input": list,
-    "outputs": list,
-    "step": int,
-    "usage": (dict, type(None)),
+_LOOP_TYPES: dict[str, type | tuple[type, ...]] = {
+    **CONVERSATION_TYPES,
     "response": (dict, type(None)),
     "result": (dict, type(None)),
 }
 
 
-class SimpleAgentRecipe:
+class SimpleAgentRecipe(ForkedRecipe):
     """The phases of ``SimpleAgent.run`` for one agent config."""
 
     flavor = FLAVOR
-
-    def __init__(self, server: Any) -> None:
-        from responses_api_agents.simple_agent.app import SimpleAgentRunRequest
-
-        self.config = server.config
-        self.request_type = SimpleAgentRunRequest
+    loop_types = _LOOP_TYPES
 
     def start(self, body: dict[str, Any]) -> RunState:
-        loop = {
-            "input": input_items(body["responses_create_params"]),
-            "outputs": [],
-            "step": 0,
-            "usage": None,
-            "response": None,
-            "result": None,
-        }
-        return RunState(flavor=FLAVOR, body=body, phase="seed", loop=loop)
-
-    def _request(self, run: RunState) -> Any:
-        return self.request_type.model_validate(run.body)
+        return self._new_run(body, response=None, result=None)
 
     async def seed(self, run: RunState, calls: EpisodeCalls) -> None:
-        response = await calls.post(
-            calls.require_resources(),
-            calls.resources_path("/seed_session", prefixed=True),
-            json=self._request(run).model_dump(),
-        )
-        run.resources_cookies = response_cookies(response)
-        keep_application(run.applications, response)
+        await self._open_session(run, calls, "/seed_session")
         run.phase = "loop"
 
     async def turn(self, run: RunState, calls: EpisodeCalls) -> None:
         """One pass of upstream ``_create_episode``'s ``while True`` loop."""
         loop = run.loop
-        loop["step"] += 1
-        new_body = {**run.body["responses_create_params"], "input": loop["input"] + loop["outputs"]}
-        model_reply = await calls.post(
-            calls.model_server,
-            calls.model_path(),
-            json=new_body,
-            cookies=run.model_cookies or None,
-        )
-        model_response_json = await get_response_json(model_reply)
-        run.model_cookies = response_cookies(model_reply)
+        model_response_json = await self._call_model(run, calls)
         try:
             model_response = NeMoGymResponse.model_validate(model_response_json)
         except ValidationError as e:
@@ -116,8 +80,7 @@ class SimpleAgentRecipe:
             ) from e
 
         output = model_response.output
-        loop["outputs"].extend(dump_items(output))
-        loop["usage"] = add_usage(loop["usage"], model_response.usage)
+        keep_model_output(loop, model_response)
         model_response.usage = None
 
         if model_response.incomplete_details:
@@ -154,15 +117,7 @@ class SimpleAgentRecipe:
                 tool_output = (await api_response.read()).decode()
                 run.resources_cookies = {**run.resources_cookies, **response_cookies(api_response)}
                 keep_application(run.applications, api_response)
-            loop["outputs"].append(
-                dump_item(
-                    NeMoGymFunctionCallOutput(
-                        type="function_call_output",
-                        call_id=output_function_call.call_id,
-                        output=tool_output,
-                    )
-                )
-            )
+            loop["outputs"].append(tool_output_item(output_function_call.call_id, tool_output))
 
         if self.config.max_steps and loop["step"] >= self.config.max_steps:
             return self._end_loop(run, model_response)
@@ -209,14 +164,8 @@ class SimpleAgentRecipe:
         document: dict[str, Any] = verified.model_dump(mode="json")
         return document
 
-    def validate_loop(self, run: RunState) -> None:
-        check_loop(run.loop, _LOOP_TYPES)
+    def _check_phase(self, run: RunState) -> None:
         if run.phase in ("verify", "return") and run.loop["response"] is None:
             raise ValueError(f"a run in phase {run.phase} has no final response")
         if run.phase == "return" and run.loop["result"] is None:
             raise ValueError("a run in phase return has no verify result")
-        self._request(run)  # the body must still parse as this agent's /run request
-
-    def step_of(self, run: RunState) -> int:
-        step: int = run.loop.get("step", 0)
-        return step

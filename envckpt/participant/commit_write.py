@@ -8,7 +8,7 @@ work of that task, up to the published manifest; the core does the phase
 bookkeeping afterwards.
 
     write = CommitWrite(checkpoint_id, args)
-    write.task = asyncio.create_task(export_and_write(write, hooks=..., ...))
+    write.task = asyncio.create_task(counted(counters, export_and_write(write, hooks=..., ...)))
     reply = await write.task          # or ParticipantError (stale, invalid, error)
 
 Where the encoded records go is the ``Publisher``'s business: ``write_here``
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
 from envckpt.errors import CorruptCheckpoint, ParticipantError
@@ -68,70 +68,55 @@ class CommitWrite:
         return task.done() and not task.cancelled() and task.exception() is not None
 
 
-class Publisher(Protocol):
-    """Makes the encoded records of one commit durable (or hands them on); returns reply fields.
+@dataclass(frozen=True, slots=True)
+class EncodedRecords:
+    """The encoded records of one commit, for a ``Publisher``.
 
     ``keys[i]`` is the capture key of ``lines[i]``. ``before_publish`` must run
     right before anything becomes visible: it raises if the commit was aborted.
-    Runs in a worker thread.
     """
 
-    def __call__(
-        self,
-        checkpoint_dir: Path,
-        *,
-        kind: Kind,
-        instance: str,
-        checkpoint_id: str,
-        keys: list[str],
-        lines: Iterable[bytes],
-        before_publish: Callable[[], None],
-    ) -> dict[str, Any]: ...
+    checkpoint_dir: Path
+    kind: Kind
+    instance: str
+    checkpoint_id: str
+    keys: list[str]
+    lines: Iterable[bytes]
+    before_publish: Callable[[], None]
 
 
-def write_here(
-    checkpoint_dir: Path,
-    *,
-    kind: Kind,
-    instance: str,
-    checkpoint_id: str,
-    keys: list[str],
-    lines: Iterable[bytes],
-    before_publish: Callable[[], None],
-) -> dict[str, Any]:
-    """The one-process participant's way: records file, then the manifest, here."""
-    del keys  # the records carry their own episode ids
+# Makes a commit's records durable (or hands them on); returns reply fields.
+# Runs in a worker thread.
+Publisher = Callable[[EncodedRecords], dict[str, Any]]
+
+
+def write_here(records: EncodedRecords) -> dict[str, Any]:
+    """The one-process participant's way: records file, then the manifest, here.
+
+    The keys are not needed: the records carry their own episode ids.
+    """
     manifest = store.write_checkpoint(
-        checkpoint_dir,
-        kind=kind,
-        instance=instance,
-        checkpoint_id=checkpoint_id,
-        lines=lines,
-        before_publish=before_publish,
+        records.checkpoint_dir,
+        kind=records.kind,
+        instance=records.instance,
+        checkpoint_id=records.checkpoint_id,
+        lines=records.lines,
+        before_publish=records.before_publish,
     )
     return {"manifest": manifest.to_json()}
 
 
-def hand_over(
-    checkpoint_dir: Path,
-    *,
-    kind: Kind,
-    instance: str,
-    checkpoint_id: str,
-    keys: list[str],
-    lines: Iterable[bytes],
-    before_publish: Callable[[], None],
-) -> dict[str, Any]:
+def hand_over(records: EncodedRecords) -> dict[str, Any]:
     """A worker's share of a multi-worker commit: ``records`` as [capture key, line] pairs.
 
     Nothing is written here: the worker that answers the commit merges every
     worker's share into the participant's one records file and manifest. The
     share is still checked against an abort, like a write before its manifest.
     """
-    del checkpoint_dir, kind, instance, checkpoint_id
-    records = [[key, line.decode("utf-8")] for key, line in zip(keys, lines, strict=True)]
-    before_publish()
-    return {"records": records}
+    pairs = zip(records.keys, records.lines, strict=True)
+    share = [[key, line.decode("utf-8")] for key, line in pairs]
+    records.before_publish()
+    return {"records": share}
 
 
 def _retrieve_outcome(task: asyncio.Task[Any]) -> None:
@@ -145,48 +130,14 @@ def _stale(checkpoint_id: str) -> ParticipantError:
     )
 
 
-async def export_and_write(
-    write: CommitWrite,
-    *,
-    hooks: StateHooks,
-    kind: Kind,
-    instance: str,
-    checkpoint_dir: Path,
-    scope: tuple[EnvironmentEpisode, ...] | None,
-    current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
-    before_publish: Sequence[Callable[[], None]],
-    counters: ParticipantCounters | None = None,
-    server: str = "",
-    non_finite: NonFinite = NonFinite.REFUSE,
-    publish: Publisher = write_here,
+async def counted(
+    counters: ParticipantCounters | None, write: Awaitable[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Export the scope once, write records and manifest; return the commit reply.
-
-    No scope means everything held. Only attempts that may still act
-    (``current``) are exported: a retired or superseded attempt's state
-    never leaves the process. ``counters`` hears the write's outcome. State
-    JSON cannot carry fails the commit with ``checkpoint_error`` naming
-    ``server``, the episode, the session and the key
-    (``json_state.UnencodableState``, its cause); with ``non_finite`` ``gym``
-    NaN and the infinities are written as Gym writes them. ``publish`` makes
-    the records durable (``write_here``) or hands them to the worker that
-    answers a multi-worker commit (``hand_over``).
-    """
+    """The reply of ``write`` (an ``export_and_write``), its outcome told to ``counters``:
+    a failure, or the records written and the seconds it took."""
     started = time.perf_counter()
     try:
-        reply = await _export_and_write(
-            write,
-            hooks=hooks,
-            kind=kind,
-            instance=instance,
-            checkpoint_dir=checkpoint_dir,
-            scope=scope,
-            current=current,
-            before_publish=before_publish,
-            server=server,
-            non_finite=non_finite,
-            publish=publish,
-        )
+        reply = await write
     except BaseException:
         if counters is not None:
             counters.commit_failures += 1
@@ -199,7 +150,7 @@ async def export_and_write(
     return reply
 
 
-async def _export_and_write(
+async def export_and_write(
     write: CommitWrite,
     *,
     hooks: StateHooks,
@@ -209,10 +160,22 @@ async def _export_and_write(
     scope: tuple[EnvironmentEpisode, ...] | None,
     current: Callable[[Iterable[EnvironmentEpisode]], frozenset[EnvironmentEpisode]],
     before_publish: Sequence[Callable[[], None]],
-    server: str,
-    non_finite: NonFinite,
-    publish: Publisher,
+    server: str = "",
+    non_finite: NonFinite = NonFinite.REFUSE,
+    publish: Publisher = write_here,
 ) -> dict[str, Any]:
+    """Export the scope once, write records and manifest; return the commit reply.
+
+    No scope means everything held. Only attempts that may still act
+    (``current``) are exported: a retired or superseded attempt's state
+    never leaves the process. State JSON cannot carry fails the commit with
+    ``checkpoint_error`` naming ``server``, the episode, the session and the
+    key (``json_state.UnencodableState``, its cause); with ``non_finite``
+    ``gym`` NaN and the infinities are written as Gym writes them. ``publish``
+    makes the records durable (``write_here``) or hands them to the worker
+    that answers a multi-worker commit (``hand_over``). ``counted`` around it
+    lets the participant's counters hear the outcome.
+    """
     checkpoint_id = write.checkpoint_id
     if write.aborted:
         # Resumed before this task first ran: leave no files behind at all.
@@ -246,8 +209,7 @@ async def _export_and_write(
             raise _WriteAborted(checkpoint_id)
 
     try:
-        published = await asyncio.to_thread(
-            publish,
+        records = EncodedRecords(
             checkpoint_dir,
             kind=kind,
             instance=instance,
@@ -256,6 +218,7 @@ async def _export_and_write(
             lines=lines,
             before_publish=last_step_before_publish,
         )
+        published = await asyncio.to_thread(publish, records)
     except _WriteAborted:
         raise _stale(checkpoint_id) from None
     except CorruptCheckpoint as error:

@@ -43,7 +43,7 @@ from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
 from envckpt.machines.tables import PARTICIPANT_PHASES
 from envckpt.participant import commit_write, rules, work
-from envckpt.participant.commit_write import CommitArgs, CommitWrite, export_and_write
+from envckpt.participant.commit_write import CommitArgs, CommitWrite
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.counters import ParticipantCounters
 from envckpt.participant.fence import AttemptFence
@@ -271,7 +271,7 @@ class ParticipantCore:
     async def _write(self, write: CommitWrite, scope: Scope) -> dict[str, Any]:
         """The write, then ``commit`` fired and restored attempts left out deleted."""
         checkpoint_dir, _, stop = write.args
-        reply = await export_and_write(
+        exported = commit_write.export_and_write(
             write,
             hooks=self.hooks,
             kind=self.kind,
@@ -280,11 +280,11 @@ class ParticipantCore:
             scope=scope,
             current=self.fence.current,
             before_publish=self.before_publish,
-            counters=self.counters,
             server=self.server_name,
             non_finite=self.non_finite,
             publish=self.publish,
         )
+        reply = await commit_write.counted(self.counters, exported)
         async with self._lock:
             open_ = self._open
             if open_ is not None and open_.commit is write and self.phase is Phase.PREPARED:

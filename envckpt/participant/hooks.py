@@ -54,7 +54,31 @@ class StateHooks(Protocol):
     def release_exported(self) -> None: ...
 
 
-class SessionHooks(Generic[S]):
+class HookDefaults:
+    """The hooks' usual meaning, for a kind with nothing of its own to do there.
+
+    Admission has nothing of its own to close or open, a commit reply gets no
+    fields of the kind's, forget and release hold nothing. A kind overrides
+    what it does do (the model counts its admission closes).
+    """
+
+    async def close_admission(self) -> None:
+        return None
+
+    async def open_admission(self) -> None:
+        return None
+
+    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
+        return {}
+
+    def forget(self, rollout_ids: Iterable[str]) -> None:
+        return None
+
+    def release_exported(self) -> None:
+        return None
+
+
+class SessionHooks(HookDefaults, Generic[S]):
     """``StateHooks`` of a kind that holds one state object per episode.
 
     A kind says how one state is saved and read back (``save_state``,
@@ -86,20 +110,11 @@ class SessionHooks(Generic[S]):
     def live_episodes(self) -> frozenset[EnvironmentEpisode]:
         return frozenset(self.states)
 
-    async def close_admission(self) -> None:
-        return None
-
-    async def open_admission(self) -> None:
-        return None
-
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
         for episode in sorted(scope & self.states.keys()):
             yield episode, self.save_state(self.states[episode])
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        return {}
 
     def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
         return self.load_state(episode, state)
@@ -118,14 +133,8 @@ class SessionHooks(Generic[S]):
         for held in [episode for episode in self.states if retired_by(episode, episodes)]:
             del self.states[held]
 
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
 
-    def release_exported(self) -> None:
-        return None
-
-
-class NoState:
+class NoState(HookDefaults):
     """Hooks of a participant that holds nothing (stateless or restart_only kinds).
 
     ``live`` may be filled by the server to report which episodes it touches,
@@ -138,19 +147,10 @@ class NoState:
     def live_episodes(self) -> frozenset[EnvironmentEpisode]:
         return frozenset(self.live)
 
-    async def close_admission(self) -> None:
-        return None
-
-    async def open_admission(self) -> None:
-        return None
-
     def export(
         self, scope: frozenset[EnvironmentEpisode]
     ) -> Iterator[tuple[EnvironmentEpisode, dict[str, Any]]]:
         return iter(())
-
-    def commit_extras(self, exported: tuple[EnvironmentEpisode, ...]) -> dict[str, Any]:
-        return {}
 
     def validate(self, episode: EnvironmentEpisode, state: Mapping[str, Any]) -> object:
         raise ValueError("this participant saves no state, so it has none to restore")
@@ -161,9 +161,3 @@ class NoState:
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         # As for a session kind: the retired attempts and every earlier one.
         self.live.difference_update([e for e in self.live if retired_by(e, episodes)])
-
-    def forget(self, rollout_ids: Iterable[str]) -> None:
-        return None
-
-    def release_exported(self) -> None:
-        return None

@@ -18,9 +18,10 @@ nothing here opens a window or needs a display.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 
 from envckpt.extras import require
@@ -59,13 +60,20 @@ DRAWN_INSTANCES = 8
 WIDTH = 11.0
 
 
+def _styled(draw: Callable[[ReportData], str]) -> Callable[[ReportData], str]:
+    """A plot drawn under the report's style (``_style``)."""
+
+    @functools.wraps(draw)
+    def styled(data: ReportData) -> str:
+        with _style():
+            return draw(data)
+
+    return styled
+
+
+@_styled
 def timeline(data: ReportData) -> str:
     """Runs, kills and restores on top; below, each snapshot's pause as a bar where it was."""
-    with _style():
-        return _timeline(data)
-
-
-def _timeline(data: ReportData) -> str:
     figure = Figure(figsize=(WIDTH, 3.8))
     lane, pauses = figure.subplots(
         2, 1, sharex=True, gridspec_kw={"height_ratios": [1, 3], "hspace": 0.08}
@@ -143,13 +151,9 @@ def _timeline(data: ReportData) -> str:
     return _svg(figure)
 
 
+@_styled
 def instance_latency(data: ReportData) -> str:
     """Per snapshot, each instance's prepare (solid) and commit (light) seconds."""
-    with _style():
-        return _instance_latency(data)
-
-
-def _instance_latency(data: ReportData) -> str:
     figure = Figure(figsize=(WIDTH, 3.4))
     axes = figure.subplots()
     records = data.published
@@ -211,13 +215,9 @@ def _instance_latency(data: ReportData) -> str:
     return _svg(figure)
 
 
+@_styled
 def snapshot_bytes(data: ReportData) -> str:
     """Per snapshot, the trainer's bytes and the environment's, stacked."""
-    with _style():
-        return _snapshot_bytes(data)
-
-
-def _snapshot_bytes(data: ReportData) -> str:
     figure = Figure(figsize=(WIDTH, 3.0))
     axes = figure.subplots()
     records = data.published
@@ -249,13 +249,9 @@ def _snapshot_bytes(data: ReportData) -> str:
     return _svg(figure)
 
 
+@_styled
 def phase_breakdown(data: ReportData) -> str:
     """Per snapshot, the seconds of each phase laid end to end, and the pause it made."""
-    with _style():
-        return _phase_breakdown(data)
-
-
-def _phase_breakdown(data: ReportData) -> str:
     records = data.published
     figure = Figure(figsize=(WIDTH, 1.2 + 0.32 * max(len(records), 1)))
     axes = figure.subplots()

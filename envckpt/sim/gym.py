@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from envckpt.clock import Clock, SystemClock
@@ -67,6 +67,7 @@ class GymConfig:
     model_latency: float = 0.0
     tool_latency: float = 0.0
     park_poll_seconds: float = DEFAULT_PARK_POLL_SECONDS
+    # Where the tool server appends its audit lines (a Path given is kept as its str).
     audit_path: str | None = None
     # What a prepare does with generations still decoding (model_calls.py).
     model_calls: str = DEFAULT_MODEL_CALLS.value
@@ -74,6 +75,8 @@ class GymConfig:
     instance_id: str | None = None
 
     def __post_init__(self) -> None:
+        if self.audit_path is not None:
+            object.__setattr__(self, "audit_path", os.fspath(self.audit_path))
         if self.resources_mode not in MODES:
             raise ValueError(f"unknown resources mode {self.resources_mode!r}")
         if min(self.model_latency, self.tool_latency) < 0 or self.park_poll_seconds <= 0:
@@ -122,32 +125,13 @@ class SimulatedGym:
     def __init__(
         self,
         *,
-        seed: int = 0,
-        resources_mode: str = "export_restore",
-        judge: bool = True,
-        model_latency: float = 0.0,
-        tool_latency: float = 0.0,
-        park_poll_seconds: float = DEFAULT_PARK_POLL_SECONDS,
-        audit_path: str | Path | None = None,
-        token: str = "simulated-gym-token",
         clock: Clock | None = None,
         faults: FaultPlan | None = None,
         staging_sink: StagingSink | None = None,
-        instance_id: str | None = None,
-        model_calls: str = DEFAULT_MODEL_CALLS.value,
+        **settings: Any,
     ) -> None:
-        config = GymConfig(
-            instance_id=instance_id,
-            model_calls=model_calls,
-            seed=seed,
-            resources_mode=resources_mode,
-            judge=judge,
-            token=token,
-            model_latency=model_latency,
-            tool_latency=tool_latency,
-            park_poll_seconds=park_poll_seconds,
-            audit_path=None if audit_path is None else str(audit_path),
-        )
+        """``settings``: the deployment's ``GymConfig`` fields (seed, resources_mode, ...)."""
+        config = GymConfig(**settings)
         self._build(config, clock or SystemClock(), faults or FaultPlan(), staging_sink)
 
     @classmethod

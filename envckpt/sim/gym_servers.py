@@ -29,19 +29,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from fastapi import FastAPI
 
 from envckpt.clock import Clock, SystemClock
 from envckpt.http.apps import new_app
 from envckpt.http.bodies import DATA_MAX_BODY_BYTES
+from envckpt.http.closing import AsyncCloseable
 from envckpt.http.routes import DEFAULT_LEASE_CHECK_SECONDS, mount_participant
 from envckpt.http.serve import DEFAULT_HOST, ServerLimits, serve, serve_many
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.core import ParticipantCore
-from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS
 from envckpt.sim.data_clients import HttpModelClient, HttpToolClient
 from envckpt.sim.data_routes import agent_router, data_router, model_router, tool_router
 from envckpt.sim.gym import (
@@ -53,7 +52,7 @@ from envckpt.sim.gym import (
     build_model_and_tool,
     expected_transcript,
 )
-from envckpt.sim.kinds.agent import DEFAULT_PARK_POLL_SECONDS, AgentServer
+from envckpt.sim.kinds.agent import AgentServer
 from envckpt.sim.kinds.model import StagingSink
 
 
@@ -88,7 +87,7 @@ def judge_app(serving: Serving | None = None) -> FastAPI:
     return app
 
 
-class GymServers:
+class GymServers(AsyncCloseable):
     """One Gym deployment on real HTTP servers; an async context manager."""
 
     def __init__(
@@ -96,39 +95,21 @@ class GymServers:
         *,
         token: str,
         checkpoint_root: str | os.PathLike[str],
-        seed: int = 0,
-        resources_mode: str = "export_restore",
-        judge: bool = True,
-        model_latency: float = 0.0,
-        tool_latency: float = 0.0,
-        park_poll_seconds: float = DEFAULT_PARK_POLL_SECONDS,
-        audit_path: str | Path | None = None,
         staging_sink: StagingSink | None = None,
         clock: Clock | None = None,
         lease_check_seconds: float = DEFAULT_LEASE_CHECK_SECONDS,
         host: str = DEFAULT_HOST,
         expose_docs: bool = False,
-        instance_id: str | None = None,
-        model_calls: str = DEFAULT_MODEL_CALLS.value,
+        **settings: Any,
     ) -> None:
+        """``settings``: the deployment's other ``GymConfig`` fields (seed, resources_mode, ...)."""
         serving = Serving(
             Path(os.fspath(checkpoint_root)),
             host=host,
             lease_check_seconds=lease_check_seconds,
             expose_docs=expose_docs,
         )
-        config = GymConfig(
-            instance_id=instance_id,
-            model_calls=model_calls,
-            seed=seed,
-            resources_mode=resources_mode,
-            judge=judge,
-            token=token,
-            model_latency=model_latency,
-            tool_latency=tool_latency,
-            park_poll_seconds=park_poll_seconds,
-            audit_path=None if audit_path is None else str(audit_path),
-        )
+        config = GymConfig(token=token, **settings)
         self._setup(config, serving, staging_sink, clock or SystemClock())
 
     @classmethod
@@ -263,14 +244,9 @@ class GymServers:
         if stack is not None:
             await stack.aclose()
 
-    async def __aenter__(self) -> GymServers:
+    async def aclose(self) -> None:
+        await self.stop()
+
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()

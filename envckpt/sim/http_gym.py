@@ -7,6 +7,7 @@ the coordinator over it) for checkpoints, and the agent client for rollouts::
         adapter = GymCheckpointAdapter(instance=instance, coordination=gym.coordinator)
         result = await gym.run(EnvironmentEpisode("r1", 0), {"prompt": "p", "turns": 5})
         task = gym.start(episode, task)               # the same, in the background
+    backend = HttpBackend({"shard/replica-0": gym})   # a trainer's RolloutBackend over them
 """
 
 from __future__ import annotations
@@ -61,3 +62,16 @@ class HttpGym(AsyncCloseable):
             await self.agent.aclose()
         finally:
             await self.transport.aclose()
+
+
+class HttpBackend:
+    """``RolloutBackend`` over Gym deployments served by other processes: each rollout
+    attempt runs through its instance's ``HttpGym`` (the data plane)."""
+
+    def __init__(self, gyms: Mapping[str, HttpGym]) -> None:
+        self.gyms = gyms  # instance id -> its deployment
+
+    async def run(
+        self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return await self.gyms[instance_id].run(episode, task)

@@ -153,7 +153,7 @@ class SimRayInstance(RayInstance):
 
     async def start_rollout(self, episode: EnvironmentEpisode, task: Mapping[str, Any]) -> None:
         """Start one rollout attempt in the actor (it runs in the background there)."""
-        await self._typed(type(None), "start_rollout", episode, dict(task))
+        await self._operate(type(None), "start_rollout", episode, dict(task))
 
     async def run_rollout(
         self, episode: EnvironmentEpisode, task: Mapping[str, Any], *, timeout: float = 3600.0
@@ -179,11 +179,11 @@ class SimRayInstance(RayInstance):
 
     async def node_id(self) -> str:
         """The Ray node the actor runs on."""
-        return await self._typed(str, "node_id")
+        return await self._operate(str, "node_id")
 
     async def shutdown(self) -> None:
         """Stop every running rollout in the actor, as if its process died."""
-        await self._typed(type(None), "shutdown")
+        await self._operate(type(None), "shutdown")
 
 
 def spawn_instances(

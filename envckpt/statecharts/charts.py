@@ -24,7 +24,7 @@ Mermaid ``stateDiagram-v2``:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,38 @@ class Drawing:
             yield node, depth
             if node in self.boxes:
                 yield from self.walk(self.boxes[node].children, depth + 1)
+
+    def nested_lines(
+        self,
+        *,
+        start: str,
+        open_box: Callable[[str], str],
+        close_box: str,
+        state_lines: Callable[[str], list[str]],
+    ) -> list[str]:
+        """Every box and state as chart lines, indented by depth: a box between
+        ``open_box(key)`` and ``close_box``, a state as ``state_lines(node)``.
+
+        The ``start`` line sits in the innermost box holding the initial state
+        (or at the top), so its arrow never crosses a box's title.
+        """
+        start_box = self.home(str(self.table.initial))
+        lines = [] if start_box else [INDENT + start]
+        open_boxes: list[int] = []
+        for node, depth in self.walk():
+            while open_boxes and open_boxes[-1] >= depth:
+                lines.append(INDENT * (open_boxes.pop() + 1) + close_box)
+            pad = INDENT * (depth + 1)
+            if node in self.boxes:
+                lines.append(pad + open_box(node))
+                if node == start_box:
+                    lines.append(pad + INDENT + start)
+                open_boxes.append(depth)
+                continue
+            lines += [pad + line for line in state_lines(node)]
+        while open_boxes:
+            lines.append(INDENT * (open_boxes.pop() + 1) + close_box)
+        return lines
 
 
 def drawing(table: MachineTable[Any]) -> Drawing:
@@ -196,30 +228,22 @@ def mermaid(table: MachineTable[Any]) -> str:
         f"{INDENT}direction {table.chart.direction}",
     ]
     lines += [f"{INDENT}classDef {CLASS_NAMES[key]} {style}" for key, style in STYLES.items()]
-    # The start dot sits in the innermost box holding the initial state, so its
-    # arrow never crosses a box's title.
-    start_box = shapes.home(str(table.initial))
-    if not start_box:
-        lines.append(f"{INDENT}[*] --> {table.initial}")
-    open_boxes: list[int] = []
-    for node, depth in shapes.walk():
-        while open_boxes and open_boxes[-1] >= depth:
-            lines.append(INDENT * (open_boxes.pop() + 1) + "}")
-        pad = INDENT * (depth + 1)
-        if node in shapes.boxes:
-            lines.append(f"{pad}state {quoted(shapes.boxes[node].label)} as {node} {{")
-            if node == start_box:
-                lines.append(f"{pad}{INDENT}[*] --> {table.initial}")
-            open_boxes.append(depth)
-            continue
-        lines.append(f"{pad}state {quoted(node)} as {node}")
-        lines += [f"{pad}{node} : {LOOP} {trigger}" for trigger in shapes.loops.get(node, ())]
+
+    def state_lines(node: str) -> list[str]:
+        lines = [f"state {quoted(node)} as {node}"]
+        lines += [f"{node} : {LOOP} {trigger}" for trigger in shapes.loops.get(node, ())]
         note = table.note(node)
         if note:
             # The block form: a one-line note would end at the first ';' in the text.
-            lines += [f"{pad}note right of {node}", f"{pad}{INDENT}{note}", f"{pad}end note"]
-    while open_boxes:
-        lines.append(INDENT * (open_boxes.pop() + 1) + "}")
+            lines += [f"note right of {node}", f"{INDENT}{note}", "end note"]
+        return lines
+
+    lines += shapes.nested_lines(
+        start=f"[*] --> {table.initial}",
+        open_box=lambda key: f"state {quoted(shapes.boxes[key].label)} as {key} {{",
+        close_box="}",
+        state_lines=state_lines,
+    )
     lines += [
         f"{INDENT}{edge.source} --> {edge.dest}: {'<br/>'.join(edge.triggers)}"
         for edge in shapes.edges

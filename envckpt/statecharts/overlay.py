@@ -156,24 +156,17 @@ def _flowchart(
         # Declared last, so grey wins over a role's colours.
         f"{INDENT}classDef unvisited {UNVISITED_STYLE}",
     ]
-    start_box = shapes.home(str(table.initial))
-    if not start_box:
-        lines.append(f'{INDENT}start((" "))')
-    open_boxes: list[int] = []
-    for node, depth in shapes.walk():
-        while open_boxes and open_boxes[-1] >= depth:
-            lines.append(INDENT * (open_boxes.pop() + 1) + "end")
-        pad = INDENT * (depth + 1)
-        if node in shapes.boxes:
-            lines.append(f"{pad}subgraph {ids[node]} [{quoted(shapes.boxes[node].label)}]")
-            if node == start_box:
-                lines.append(f'{pad}{INDENT}start((" "))')
-            open_boxes.append(depth)
-            continue
+
+    def state_lines(node: str) -> list[str]:
         loops = [f"{LOOP} {label_of(t, [(node, t, node)])[0]}" for t in shapes.loops.get(node, ())]
-        lines.append(f"{pad}{ids[node]}[{quoted('<br/>'.join([node, *loops]))}]")
-    while open_boxes:
-        lines.append(INDENT * (open_boxes.pop() + 1) + "end")
+        return [f"{ids[node]}[{quoted('<br/>'.join([node, *loops]))}]"]
+
+    lines += shapes.nested_lines(
+        start='start((" "))',
+        open_box=lambda key: f"subgraph {ids[key]} [{quoted(shapes.boxes[key].label)}]",
+        close_box="end",
+        state_lines=state_lines,
+    )
     lines += [f"{INDENT}{ids[state]}[{quoted(state)}]" for state in strangers]
     lines.append(f"{INDENT}start --> {ids[str(table.initial)]}")
     for edge in shapes.edges:

@@ -14,7 +14,7 @@ snapshot or a restore.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from envckpt import logs
@@ -52,19 +52,23 @@ class TelemetryRecorder:
 
     def snapshot_ended(self, record: SnapshotTelemetry) -> None:
         self.last_snapshot = record
-        self.log.append(record)
-        for observer in self.observers:
-            try:
-                observer.snapshot_ended(record)
-            except Exception as error:
-                _failed(observer, error)
+        self._tell(record, lambda observer: observer.snapshot_ended(record))
 
     def restore_ended(self, record: RestoreTelemetry) -> None:
         self.last_restore = record
+        self._tell(record, lambda observer: observer.restore_ended(record))
+
+    def _tell(
+        self,
+        record: SnapshotTelemetry | RestoreTelemetry,
+        tell: Callable[[TelemetryObserver], None],
+    ) -> None:
+        """Log ``record``, then ``tell`` each observer; one that fails is logged, the rest
+        still hear it."""
         self.log.append(record)
         for observer in self.observers:
             try:
-                observer.restore_ended(record)
+                tell(observer)
             except Exception as error:
                 _failed(observer, error)
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from enum import StrEnum
 from typing import Any
 
 from envckpt.telemetry import fields, names
 from envckpt.telemetry.latency import LatencySummary
+from envckpt.telemetry.phases import PhaseSeconds
 
 RESTORE_KIND = "restore"
 # Rollouts a record names one by one (the counts are always whole).
@@ -37,25 +37,13 @@ class RestoreOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class RestorePhases:
+class RestorePhases(PhaseSeconds):
     """Seconds in each step of one restore (0.0: not reached)."""
 
     check: float = 0.0
     environment: float = 0.0
     ledger: float = 0.0
     resume: float = 0.0
-
-    def items(self) -> tuple[tuple[str, float], ...]:
-        return tuple((f.name, float(getattr(self, f.name))) for f in dataclass_fields(self))
-
-    @classmethod
-    def from_json(cls, body: object) -> RestorePhases:
-        if not isinstance(body, Mapping):
-            raise TypeError("phases must be an object")
-        unknown = sorted(set(body) - {f.name for f in dataclass_fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown phases {unknown}")
-        return cls(**{name: fields.seconds(value, name) for name, value in body.items()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +109,7 @@ class RestoreTelemetry:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "snapshot": self.snapshot,
-            "phases": dict(self.phases.items()),
+            "phases": self.phases.to_json(),
             "considered": self.considered,
             "refused": self.refused,
             "continued": self.continued,

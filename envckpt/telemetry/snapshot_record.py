@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from enum import StrEnum
 from typing import Any
 
 from envckpt.telemetry import fields, names
 from envckpt.telemetry.latency import InstanceTelemetry, LatencySummary
+from envckpt.telemetry.phases import PhaseSeconds
 
 SNAPSHOT_KIND = "snapshot"
 
@@ -36,7 +36,7 @@ class SnapshotOutcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotPhases:
+class SnapshotPhases(PhaseSeconds):
     """Seconds spent in each phase of one snapshot (0.0: the phase was not reached)."""
 
     retire: float = 0.0
@@ -46,23 +46,6 @@ class SnapshotPhases:
     cut: float = 0.0
     publish: float = 0.0
     resume: float = 0.0
-
-    def items(self) -> tuple[tuple[str, float], ...]:
-        """(phase, seconds) in the order the phases run."""
-        return tuple((f.name, float(getattr(self, f.name))) for f in dataclass_fields(self))
-
-    def to_json(self) -> dict[str, float]:
-        return dict(self.items())
-
-    @classmethod
-    def from_json(cls, body: Mapping[str, Any]) -> SnapshotPhases:
-        if not isinstance(body, Mapping):
-            raise TypeError("phases must be an object")
-        known = {f.name for f in dataclass_fields(cls)}
-        unknown = sorted(set(body) - known)
-        if unknown:
-            raise ValueError(f"unknown phases {unknown}")
-        return cls(**{name: fields.seconds(value, name) for name, value in body.items()})
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -113,9 +113,12 @@ class Cut:
         return f"Cut({self._kind.value}, live={self._live})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BarrierStats:
-    """Counters for metrics; wait times are seconds on the barrier's clock."""
+    """Counters for metrics; wait times are seconds on the barrier's clock.
+
+    The barrier counts into its own; ``DataPlaneBarrier.stats`` hands out copies.
+    """
 
     checkpoint_sections: int = 0
     checkpoint_wait_seconds: float = 0.0
@@ -137,22 +140,12 @@ class DataPlaneBarrier:
         # task started inside a section inherits the context but is free to
         # wait for the barrier like any other task.
         self._holders: dict[asyncio.Task[Any], Cut] = {}
-        self._checkpoint_sections = 0
-        self._checkpoint_wait_seconds = 0.0
-        self._mutation_sections = 0
-        self._mutation_waits = 0
-        self._mutation_wait_seconds = 0.0
+        self._counts = BarrierStats()
 
     @property
     def stats(self) -> BarrierStats:
         """A copy of the counters as they are now."""
-        return BarrierStats(
-            checkpoint_sections=self._checkpoint_sections,
-            checkpoint_wait_seconds=self._checkpoint_wait_seconds,
-            mutation_sections=self._mutation_sections,
-            mutation_waits=self._mutation_waits,
-            mutation_wait_seconds=self._mutation_wait_seconds,
-        )
+        return replace(self._counts)
 
     @property
     def active_mutations(self) -> int:
@@ -177,11 +170,11 @@ class DataPlaneBarrier:
         if not self._mutation_may_enter():
             started = self._clock.now()
             await self._wait_until(self._mutation_may_enter, SectionKind.MUTATION, deadline_ts)
-            self._mutation_waits += 1
-            self._mutation_wait_seconds += self._clock.now() - started
+            self._counts.mutation_waits += 1
+            self._counts.mutation_wait_seconds += self._clock.now() - started
         # No await between the wait and this increment: the admission is atomic.
         self._active_mutations += 1
-        self._mutation_sections += 1
+        self._counts.mutation_sections += 1
         cut = Cut(SectionKind.MUTATION)
         owner = self._hold(cut)
         try:
@@ -212,8 +205,8 @@ class DataPlaneBarrier:
         self._checkpoints_waiting -= 1
         self._checkpoint_active = True
         entered = self._clock.now()
-        self._checkpoint_sections += 1
-        self._checkpoint_wait_seconds += entered - started
+        self._counts.checkpoint_sections += 1
+        self._counts.checkpoint_wait_seconds += entered - started
         cut = Cut(SectionKind.CHECKPOINT)
         owner = self._hold(cut)
         try:

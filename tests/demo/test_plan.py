@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from envckpt.demo.plan import (
     PREEMPT,
     Interrupter,
     Interruption,
+    add_run_arguments,
     load_plan,
     plan_interruptions,
     save_plan,
@@ -113,3 +115,16 @@ def test_a_restore_kill_is_not_the_interrupters(tmp_path: Path) -> None:
     for _ in range(5):
         interrupter.progress("sealed", {})
     assert struck == []
+
+
+def test_a_runs_command_line_names_the_run_its_interruption_and_a_fresh_start() -> None:
+    """--incarnation is required; --interrupt reads back as the plan; --allow-fresh-start."""
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    plan = Interruption(kind=KILL, after_snapshots=2, seed=5)
+    args = parser.parse_args(["--incarnation", "2", "--interrupt", plan.to_arg()])
+    assert (args.incarnation, args.allow_fresh_start) == (2, False)
+    assert Interruption.from_arg(args.interrupt) == plan
+    assert parser.parse_args(["--incarnation", "1", "--allow-fresh-start"]).allow_fresh_start
+    with pytest.raises(SystemExit):
+        parser.parse_args([])

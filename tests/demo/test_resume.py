@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 
 from envckpt.demo.events import EVENTS_NAME, read_events, record
+from envckpt.demo.plan import PLAN_NAME, save_plan
 from envckpt.demo.resume import resume_point
+from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, load_settings, save_settings
+from envckpt.trainer.layout import SnapshotLayout
 
 from helpers.demo_cli import run_main
 from helpers.proc_tree import alive, command, descendants
+from helpers.snapshot_files import publish
 
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
 GONE_SECONDS = 5.0
@@ -109,3 +113,25 @@ def test_the_cut_run_is_recorded_once(tmp_path: Path) -> None:
     exited = [e for e in read_events(tmp_path / EVENTS_NAME) if e["event"] == "exited"]
     assert [(e["incarnation"], e["code"], e["cut_short"]) for e in exited] == [(1, None, True)]
     assert resume_point(tmp_path).next_incarnation == 2  # recorded once, not again
+
+
+def test_resume_with_allow_fresh_start_goes_on_past_a_root_whose_every_snapshot_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A demo run whose only snapshot no restore accepts: --resume stops with the trainer's
+    exit 3 and its line; --resume --allow-fresh-start keeps the option in the run's settings
+    and its job starts from scratch and finishes, the snapshot moved to refused/."""
+    save_settings(
+        DemoSettings(instances=1, rollouts=2, directory=tmp_path), tmp_path / SETTINGS_NAME
+    )
+    save_plan([], tmp_path / PLAN_NAME)
+    layout = SnapshotLayout(tmp_path)
+    publish(layout, "rollouts-step0000000001-aaa", 1.0)
+
+    code, _, err = run_main(["--dir", str(tmp_path), "--resume"])
+    assert code == 3 and "--allow-fresh-start" in err, err
+
+    code, text, err = run_main(["--dir", str(tmp_path), "--resume", "--allow-fresh-start"])
+    assert load_settings(tmp_path / SETTINGS_NAME).allow_fresh_start is True
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 2, text + err
+    assert [name for name, _ in layout.refused_entries()] == ["rollouts-step0000000001-aaa"]

@@ -66,7 +66,12 @@ def test_every_instance_plays_the_same_seeded_policy() -> None:
 def test_settings_survive_a_save_and_load(tmp_path: Path) -> None:
     """A saved job.json loads back equal, directory included; the file is sorted JSON."""
     original = DemoSettings(
-        instances=2, rollouts=9, seed=3, directory=tmp_path / "demo", snapshot_every=0.25
+        instances=2,
+        rollouts=9,
+        seed=3,
+        directory=tmp_path / "demo",
+        snapshot_every=0.25,
+        allow_fresh_start=True,
     )
     path = tmp_path / SETTINGS_NAME
     save_settings(original, path)

@@ -35,14 +35,15 @@ def deadline(deployment: Deployment) -> float:
 def operations(cls: type) -> dict[str, inspect.Signature]:
     return {
         name: inspect.signature(member)
-        for name, member in vars(cls).items()
+        for name, member in inspect.getmembers(cls)
         if not name.startswith("_") and inspect.iscoroutinefunction(member)
     }
 
 
 @pytest.mark.parametrize("implementation", [LocalInstance, RayInstance])
 def test_every_implementation_spells_the_interface_the_same_way(implementation: type) -> None:
-    """LocalInstance and RayInstance have each InstanceClient operation, with its parameters."""
+    """LocalInstance and RayInstance have each InstanceClient operation (their own or the
+    interface's), with its parameters."""
     wanted = operations(InstanceClient)
     assert len(wanted) == 12
     have = operations(implementation)

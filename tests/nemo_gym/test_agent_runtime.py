@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("responses_api_agents.simple_agent.app")
 
-from responses_api_agents.simple_agent.app import SimpleAgentConfig
+from responses_api_agents.simple_agent.app import SimpleAgentConfig, SimpleAgentRunRequest
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
@@ -186,11 +186,13 @@ def simple_runtime() -> AgentRuntime:
         model_server={"type": "responses_api_models", "name": "policy_model"},
     )
     server = SimpleNamespace(config=config)
-    return AgentRuntime(server=server, recipe=SimpleAgentRecipe(server), server_name="agent")
+    return AgentRuntime(
+        server=server, recipe=SimpleAgentRecipe(server, SimpleAgentRunRequest), server_name="agent"
+    )
 
 
 def simple_state() -> dict[str, Any]:
-    run = SimpleAgentRecipe(SimpleNamespace(config=None)).start(dict(BODY))
+    run = SimpleAgentRecipe(SimpleNamespace(config=None), SimpleAgentRunRequest).start(dict(BODY))
     run.phase, run.loop["step"] = "loop", 1
     run.resources_cookies = {"StatefulCounterResourcesServer___counter": "signed"}
     return run.to_json()

@@ -79,3 +79,16 @@ def test_a_finished_root_runs_nothing_and_writes_nothing(
     assert run_main("job", path, 2, run) == 0
     assert "already finished" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_the_command_lines_fresh_start_flag_reaches_the_job(tmp_path: Path, flag: bool) -> None:
+    """run_main(allow_fresh_start=True) (--allow-fresh-start) hands the job a spec allowing a
+    fresh start; without it the job sees the spec as saved (not allowing one)."""
+    seen: list[bool] = []
+
+    def run(spec: JobSpec, events: object) -> None:
+        seen.append(spec.allow_fresh_start)
+
+    assert run_main("job", spec_file(tmp_path), 1, run, allow_fresh_start=flag) == 0
+    assert seen == [flag]

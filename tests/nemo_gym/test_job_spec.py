@@ -21,6 +21,7 @@ def _spec(directory: Path) -> JobSpec:
         snapshot_every=1.5,
         prepare_seconds=2.0,
         model_calls="refuse",
+        allow_fresh_start=True,
     )
 
 
@@ -32,6 +33,7 @@ def test_a_saved_spec_loads_back_equal_in_every_field(tmp_path: Path) -> None:
     assert loaded.to_json() == spec.to_json()
     assert [d.shard for d in loaded.deployments] == ["counter", "multi"]
     assert (loaded.model_calls, loaded.prepare_seconds) == ("refuse", 2.0)
+    assert loaded.allow_fresh_start is True
 
 
 def test_tasks_go_to_their_deployments_instance_and_the_root_is_under_the_directory(

@@ -15,7 +15,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CoordinationError
 from envckpt.sim.data_clients import DataPlaneUnavailable
 from envckpt.sim.gym import AGENT_SERVER, MODEL_SERVER, expected_transcript
-from envckpt.sim.http_gym import HttpGym
+from envckpt.sim.http_gym import HttpBackend, HttpGym
 from envckpt.sim.server import GymServers
 
 # Checkpoints go under pytest's temporary directories.
@@ -130,3 +130,16 @@ async def test_closing_closes_both_pools_even_if_the_agents_close_fails() -> Non
     with pytest.raises(TransportFailure, match="closed"):
         await gym.transport.request(AGENT_SERVER, "GET", "status", None, timeout=1.0)
     assert gym.agent._client.is_closed
+
+
+async def test_the_backend_runs_each_rollout_on_its_instances_gym() -> None:
+    """HttpBackend.run goes to the Gym of the instance named, with that Gym's result."""
+    async with (
+        GymServers(seed=SEED, token=TOKEN, checkpoint_root=ROOT, judge=False) as servers,
+        HttpGym(servers.urls, token=TOKEN) as gym,
+    ):
+        backend = HttpBackend({"shard/replica-0": gym})
+        result = await backend.run("shard/replica-0", E1, TASK)
+        with pytest.raises(KeyError):
+            await backend.run("shard/replica-1", E2, TASK)
+    assert result["transcript"] == expected_transcript("r1", TASK, seed=SEED)

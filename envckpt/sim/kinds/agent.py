@@ -31,10 +31,9 @@ from typing import Any, Protocol
 from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
+from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import SessionHooks
-from envckpt.participant.model_calls import is_refused_call
-from envckpt.protocol import Phase
 from envckpt.sim.kinds.common import (
     check_fields,
     episode_of,
@@ -218,39 +217,15 @@ class AgentServer(SessionHooks[AgentSession]):
         if episode in self._runs:
             raise invalid(f"{episode.capture_key} is already running")
         start_turn = 0 if session is None else len(session.turns)
-        # The work runs in its own task so retire can cancel it without
-        # cancelling the caller; a cancelled caller cancels it too.
-        work = asyncio.create_task(self._drive(episode, task, start_turn))
-        self._runs[episode] = work
-        try:
-            return await work
-        except asyncio.CancelledError:
-            caller = asyncio.current_task()
-            cancelled_by_caller = caller is not None and caller.cancelling() > 0
-            if not cancelled_by_caller and not self.core.fence.is_current(episode):
-                raise ParticipantError(
-                    "stale_attempt", f"{episode.capture_key} was retired while running"
-                ) from None
-            raise
-        finally:
-            if self._runs.get(episode) is work:
-                del self._runs[episode]
+        work = step_until_done(
+            lambda: self._step(episode, task, start_turn),
+            park=lambda: self._park(episode),
+            on_refused_call=self._count_refused,
+        )
+        return await run_own_task(episode, work, running=self._runs, fence=self.core.fence)
 
-    async def _drive(
-        self, episode: EnvironmentEpisode, task: dict[str, Any], start_turn: int
-    ) -> dict[str, Any]:
-        while True:
-            try:
-                result = await self._step(episode, task, start_turn)
-            except ParticipantError as error:
-                if error.code != "admission_closed":
-                    raise
-                if is_refused_call(error):
-                    self.model_calls_refused += 1
-                await self._park(episode)
-                continue
-            if result is not None:
-                return result
+    def _count_refused(self) -> None:
+        self.model_calls_refused += 1
 
     async def _step(
         self, episode: EnvironmentEpisode, task: dict[str, Any], start_turn: int
@@ -301,20 +276,12 @@ class AgentServer(SessionHooks[AgentSession]):
         }
 
     async def _park(self, episode: EnvironmentEpisode) -> None:
-        """Wait until this server is open again, then let the caller retry.
-
-        Polls rather than waiting for an event: the server that refused may
-        be the model, whose reopening only a retry can observe (resume runs in
-        reverse stage order, so the agent reopens before the model).
-        """
+        """Wait until this server is open again (polled every ``park_poll_seconds``)."""
         self.parks += 1
         self._parked.add(episode)
         try:
-            while True:
-                await asyncio.sleep(self.park_poll_seconds)
-                await self.core.expire_if_due()  # a lapsed lease reopens admission
-                if self.core.phase is Phase.IDLE:
-                    return
+            poll = self.park_poll_seconds
+            await wait_until_open(self.core, first_seconds=poll, max_seconds=poll)
         finally:
             self._parked.discard(episode)
 
