@@ -149,11 +149,7 @@ class Turn:
     async def start(cls, core: ParticipantCore, episode: EnvironmentEpisode) -> Turn:
         turn = cls(core, episode)
         turn.task = asyncio.create_task(turn._run())
-        entered = asyncio.create_task(turn.entered.wait())
-        await asyncio.wait({turn.task, entered}, return_when=asyncio.FIRST_COMPLETED)
-        entered.cancel()
-        if turn.task.done():
-            turn.task.result()  # raises the admission error
+        await run_until(turn.task, turn.entered)
         return turn
 
     async def _run(self) -> None:
@@ -165,6 +161,16 @@ class Turn:
         self.release.set()
         assert self.task is not None
         await self.task
+
+
+async def run_until(task: asyncio.Task[None], reached: asyncio.Event) -> None:
+    """Wait until ``task`` sets ``reached``; if it ended first, raise its error (the admission
+    refused)."""
+    waiting = asyncio.create_task(reached.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()
 
 
 async def run_turn(
