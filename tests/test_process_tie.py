@@ -15,7 +15,7 @@ import pytest
 from envckpt import process_tie
 from envckpt.process_tie import PARENT_MAIN_THREAD_ENV, PARENT_PID_ENV, child_env, tie_to_parent
 
-from helpers.proc_tree import alive, descendants
+from helpers.proc_tree import alive, descendants, wait_gone
 
 GONE_SECONDS = 5.0  # the promise: a tied child is gone this long after its parent
 START_SECONDS = 60.0
@@ -53,13 +53,6 @@ def start_parent(where: str) -> tuple[subprocess.Popen[bytes], int]:
     assert parent.stdout is not None
     child = int(parent.stdout.readline())
     return parent, child
-
-
-def wait_gone(pids: set[int], seconds: float) -> set[int]:
-    give_up = time.monotonic() + seconds
-    while alive(pids) and time.monotonic() < give_up:
-        time.sleep(0.05)
-    return alive(pids)
 
 
 @pytest.mark.parametrize("where", ["main", "thread"])

@@ -2,11 +2,13 @@
 
 tree = descendants(pid)            # every pid below ``pid`` now (children first found)
 alive(tree)                        # those still running (zombies count as gone)
+wait_gone(tree, 5.0)               # those still running after up to 5 s of waiting
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -54,6 +56,14 @@ def alive(pids: set[int]) -> set[int]:
         if stat is not None and stat[0] not in ("Z", "X"):
             living.add(pid)
     return living
+
+
+def wait_gone(pids: set[int], seconds: float) -> set[int]:
+    """Wait up to ``seconds`` for every one of ``pids`` to end; the ones still running."""
+    give_up = time.monotonic() + seconds
+    while alive(pids) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return alive(pids)
 
 
 def command(pid: int) -> str:
