@@ -200,15 +200,11 @@ class Sent:
     connect_tries: int
 
 
-class RecordingTransport:
-    """Wraps a transport and records every request (order, body, timeout)."""
-
-    def __init__(self, inner: InProcessTransport) -> None:
-        self.inner = inner
-        self.sent: list[Sent] = []
+class TransportDouble:
+    """A ``ControlTransport`` for tests: each request, as a ``Sent``, goes to ``answer``."""
 
     def server_names(self) -> tuple[str, ...]:
-        return self.inner.server_names()
+        raise NotImplementedError
 
     async def request(
         self,
@@ -220,9 +216,31 @@ class RecordingTransport:
         timeout: float,
         connect_tries: int = 1,
     ) -> ControlReply:
-        self.sent.append(Sent(server, method, route, body, timeout, connect_tries))
+        return await self.answer(Sent(server, method, route, body, timeout, connect_tries))
+
+    async def answer(self, sent: Sent) -> ControlReply:
+        raise NotImplementedError
+
+
+class RecordingTransport(TransportDouble):
+    """Wraps a transport and records every request (order, body, timeout)."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self.inner = inner
+        self.sent: list[Sent] = []
+
+    def server_names(self) -> tuple[str, ...]:
+        return self.inner.server_names()
+
+    async def answer(self, sent: Sent) -> ControlReply:
+        self.sent.append(sent)
         return await self.inner.request(
-            server, method, route, body, timeout=timeout, connect_tries=connect_tries
+            sent.server,
+            sent.method,
+            sent.route,
+            sent.body,
+            timeout=sent.timeout,
+            connect_tries=sent.connect_tries,
         )
 
     def servers_of(self, route: str) -> list[str]:
