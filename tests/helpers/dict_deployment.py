@@ -10,8 +10,9 @@ through a commit and a restore by fresh processes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envckpt.clock import Clock, FakeClock
@@ -27,6 +28,7 @@ from helpers.participant_doubles import JsonStateHooks
 
 TOKEN = "test-token-5d0e2b7a"
 INSTANCE = GymCheckpointInstance("shard", 0)
+E1 = EnvironmentEpisode("r1", 0)
 
 
 class DictHooks(JsonStateHooks):
@@ -188,6 +190,16 @@ async def discovered(
     return adapter
 
 
+async def prepared_with(
+    deployment: Deployment, episode: EnvironmentEpisode
+) -> GymCheckpointAdapter:
+    """``episode`` run in ``deployment``, then an adapter discovered and prepared as c1."""
+    await deployment.start(episode)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    return adapter
+
+
 async def saved_then_restored(
     deployment: Deployment, directory: Any, episode: EnvironmentEpisode, *, turn: int = 2
 ) -> tuple[Deployment, GymCheckpointAdapter]:
@@ -199,12 +211,23 @@ async def saved_then_restored(
     await adapter.resume("c1", deadline_ts=far(deployment))
     fresh = deployment.fresh()
     restored = await discovered(fresh)
-    await restored.restore(
+    await restore_r1(restored, fresh, directory, summary.participants, [episode])
+    return fresh, restored
+
+
+async def restore_r1(
+    adapter: GymCheckpointAdapter,
+    deployment: Deployment,
+    directory: str | Path,
+    participants: Iterable[str],
+    episodes: Iterable[EnvironmentEpisode] = (E1,),
+) -> None:
+    """``adapter``'s restore as r1 of what c1 saved of ``episodes`` in ``directory``."""
+    await adapter.restore(
         "r1",
         directory,
-        [episode],
-        participants=summary.participants,
+        episodes,
+        participants=participants,
         source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
+        deadline_ts=far(deployment),
     )
-    return fresh, restored
