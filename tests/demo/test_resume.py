@@ -16,7 +16,7 @@ from envckpt.demo.events import EVENTS_NAME, read_events, record
 from envckpt.demo.resume import resume_point
 
 from helpers.demo_cli import run_main
-from helpers.proc_tree import alive, command, descendants, wait_gone
+from helpers.proc_tree import alive, command, descendants, outliving
 
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
 GONE_SECONDS = 5.0
@@ -39,9 +39,7 @@ def test_a_killed_demo_resumes_and_a_finished_one_requeues_as_a_no_op(tmp_path: 
             time.sleep(0.05)
         tree = descendants(demo.pid)  # the trainer and its Gym servers
         assert len(tree) >= 3, [command(pid) for pid in tree]
-        os.kill(demo.pid, signal.SIGKILL)
-        demo.wait()
-        left = wait_gone(tree, GONE_SECONDS)
+        left = outliving(demo, tree, GONE_SECONDS)
         assert not left, [command(pid) for pid in left]
     finally:
         for pid in alive(tree | {demo.pid}):

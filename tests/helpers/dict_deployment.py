@@ -24,7 +24,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import ParticipantCore
 
-from helpers.participant_doubles import JsonStateHooks
+from helpers.participant_doubles import JsonStateHooks, cores_of
 
 TOKEN = "test-token-5d0e2b7a"
 INSTANCE = GymCheckpointInstance("shard", 0)
@@ -61,13 +61,7 @@ class Deployment:
     http: bool = False
 
     def __post_init__(self) -> None:
-        self.hooks = {name: DictHooks(kind) for name, kind, _ in self.kinds}
-        self.cores = {
-            name: ParticipantCore(
-                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
-            )
-            for name, kind, mode in self.kinds
-        }
+        self.hooks, self.cores = cores_of(self.kinds, DictHooks, self.clock)
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         servers.update({name: None for name in self.non_participants})
         self.loopback = LoopbackHttp(servers, token=TOKEN) if self.http else None

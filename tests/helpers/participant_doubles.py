@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from envckpt.clock import FakeClock
+from envckpt.clock import Clock, FakeClock
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.inprocess import InProcessTransport
@@ -30,6 +30,7 @@ from envckpt.participant.hooks import SessionHooks
 
 TOKEN = "secret-token"
 START = 1_800_000_000.0
+H = TypeVar("H", bound="JsonStateHooks")
 
 
 def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
@@ -256,6 +257,20 @@ DEFAULT_KINDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def cores_of(
+    kinds: Iterable[tuple[str, str, str]], hooks: Callable[[str], H], clock: Clock
+) -> tuple[dict[str, H], dict[str, ParticipantCore]]:
+    """One core per (server name, kind, mode) on ``clock``, each over its own ``hooks(kind)``:
+    the hooks and the cores, by server name."""
+    kinds = tuple(kinds)
+    held = {name: hooks(kind) for name, kind, _ in kinds}
+    cores = {
+        name: ParticipantCore(server_name=name, kind=kind, mode=mode, hooks=held[name], clock=clock)
+        for name, kind, mode in kinds
+    }
+    return held, cores
+
+
 @dataclass
 class Cluster:
     """Cores of several kinds, a non-participant judge, one coordinator."""
@@ -265,13 +280,7 @@ class Cluster:
     faults: FaultPlan = field(default_factory=FaultPlan)
 
     def __post_init__(self) -> None:
-        self.hooks = {name: JsonStateHooks(kind) for name, kind, _ in self.kinds}
-        self.cores = {
-            name: ParticipantCore(
-                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
-            )
-            for name, kind, mode in self.kinds
-        }
+        self.hooks, self.cores = cores_of(self.kinds, JsonStateHooks, self.clock)
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         servers["judge"] = None
         self.inner = InProcessTransport(servers, token=TOKEN, faults=self.faults)
