@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +51,6 @@ class RecordingBackend(GymBackend):
             return await super().run(instance_id, episode, task)
         finally:
             self.running[instance_id] -= 1
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 def deadline() -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,6 @@ from helpers.snapshot_rig import (
     mid_flight,
     running,
 )
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 async def test_a_snapshot_publishes_a_verified_directory_with_every_part(rig: Rig) -> None:
