@@ -199,6 +199,7 @@ class Sent:
     body: Mapping[str, Any] | None
     timeout: float
     connect_tries: int
+    authorization: str | None = None
 
 
 class TransportDouble:
@@ -216,8 +217,10 @@ class TransportDouble:
         *,
         timeout: float,
         connect_tries: int = 1,
+        authorization: str | None = None,
     ) -> ControlReply:
-        return await self.answer(Sent(server, method, route, body, timeout, connect_tries))
+        sent = Sent(server, method, route, body, timeout, connect_tries, authorization)
+        return await self.answer(sent)
 
     async def answer(self, sent: Sent) -> ControlReply:
         raise NotImplementedError
@@ -242,6 +245,7 @@ class RecordingTransport(TransportDouble):
             sent.body,
             timeout=sent.timeout,
             connect_tries=sent.connect_tries,
+            authorization=sent.authorization,
         )
 
     def servers_of(self, route: str) -> list[str]:
