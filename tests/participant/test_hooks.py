@@ -15,10 +15,7 @@ from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
 
 from helpers.examples import examples
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
+from helpers.participant_doubles import ep
 
 
 class Counters(SessionHooks[int]):
