@@ -43,6 +43,19 @@ def deadline() -> float:
     return time.time() + 30
 
 
+async def restored_in(
+    server: Any, directory: Path, episode: EnvironmentEpisode, prefix: str
+) -> dict[str, Any]:
+    """``server``'s restore of ``episode`` from ``directory`` under a fresh ``prefix`` id."""
+    reply: dict[str, Any] = await server.envckpt.core.restore(
+        mint_checkpoint_id(prefix),
+        deadline_ts=deadline(),
+        checkpoint_dir=str(directory),
+        episode_ids=[episode],
+    )
+    return reply
+
+
 def counter(**extra: Any) -> tuple[Any, Any]:
     return hosted(StatefulCounterResourcesServer, "counter", **extra)
 
@@ -141,12 +154,7 @@ async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_p
         )
         assert reply["episode_ids"] == ["r1"]
     second, second_app = counter()
-    restored = await second.envckpt.core.restore(
-        mint_checkpoint_id("restore"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(second, tmp_path, episode, "restore")
     assert restored["restored"] == ["r1-a1"]
     assert list(second.session_id_to_counter.values()) == [5]
     await second.envckpt.core.resume(restored["checkpoint_id"], deadline_ts=deadline())
@@ -273,12 +281,7 @@ async def test_a_blackjack_hand_continues_with_the_same_cards_after_restore(tmp_
         await first.envckpt.core.resume(cid, deadline_ts=deadline())
         original = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
     second, second_app = hosted(BlackjackEnv, "blackjack")
-    restored = await second.envckpt.core.restore(
-        mint_checkpoint_id("r"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(second, tmp_path, episode, "r")
     await second.envckpt.core.resume(restored["checkpoint_id"], deadline_ts=deadline())
     async with serve(second_app) as url, httpx.AsyncClient(cookies=cookies) as client:
         again = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
@@ -369,12 +372,7 @@ async def test_with_gyms_setting_a_nan_is_written_and_restored(tmp_path: Path) -
     (records,) = tmp_path.rglob("records-*.jsonl")
     assert b"NaN" in records.read_bytes()
     fresh, _ = tables("gym")
-    restored = await fresh.envckpt.core.restore(
-        mint_checkpoint_id("r"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(fresh, tmp_path, episode, "r")
     assert restored["restored"] == ["r1-a1"]
     (prices,) = fresh.prices.values()
     assert prices[0] == 1.5 and prices[1] != prices[1]
