@@ -128,5 +128,6 @@ async def test_docs_stay_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """ENVCKPT_EXPOSE_DOCS=1 keeps nemo-gym's own docs."""
     monkeypatch.setenv("ENVCKPT_EXPOSE_DOCS", "1")
     _, app = hosted(StatefulCounterResourcesServer, "counter")
-    async with serve(app) as url, httpx.AsyncClient() as client:
+    # FastAPI builds nemo-gym's whole schema on the first request: seconds under load.
+    async with serve(app) as url, httpx.AsyncClient(timeout=60.0) as client:
         assert (await client.get(f"{url}/openapi.json")).status_code == 200
