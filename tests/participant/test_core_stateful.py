@@ -339,7 +339,7 @@ class CoreMachine(RuleBasedStateMachine):
             async with self.core.admit(episode):
                 state = self.hooks.states.get(episode, {"turn": 0})
                 self.hooks.put(episode, state["turn"] + 1)
-            return episode
+            return episode  # not None: admit() returns None only when refused
 
         if self.admit("run_turn", episode, turn()) is None:
             return
