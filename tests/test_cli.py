@@ -308,17 +308,22 @@ def test_demo_on_a_core_only_install_names_the_extra_to_install(tmp_path: Path) 
     assert helped.returncode == 0 and "--instances" in helped.stdout
 
 
-def test_missing_extra_errors_raised_inside_the_demo_are_named_too(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A demo that fails on an optional module mid-run exits 2 naming its extra."""
+def demo_failing_on(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """Put in place an ``envckpt.demo`` whose main fails importing ``module`` mid-run."""
 
     def demo_main(argv: list[str]) -> int:
-        raise ModuleNotFoundError("No module named 'ray'", name="ray")
+        raise ModuleNotFoundError(f"No module named '{module}'", name=module)
 
     fake = types.ModuleType("envckpt.demo")
     fake.main = demo_main  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "envckpt.demo", fake)
+
+
+def test_missing_extra_errors_raised_inside_the_demo_are_named_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A demo that fails on an optional module mid-run exits 2 naming its extra."""
+    demo_failing_on(monkeypatch, "ray")
     assert main(["demo"]) == 2
     assert "envckpt[ray]" in capsys.readouterr().err
 
@@ -327,13 +332,7 @@ def test_a_missing_module_that_is_no_extra_keeps_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A ModuleNotFoundError of a module envckpt does not make optional is a bug: re-raised."""
-
-    def demo_main(argv: list[str]) -> int:
-        raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
-
-    fake = types.ModuleType("envckpt.demo")
-    fake.main = demo_main  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "envckpt.demo", fake)
+    demo_failing_on(monkeypatch, "numpy")
     with pytest.raises(ModuleNotFoundError, match="numpy"):
         main(["demo"])
 

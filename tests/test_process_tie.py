@@ -15,7 +15,7 @@ import pytest
 from envckpt import process_tie
 from envckpt.process_tie import PARENT_MAIN_THREAD_ENV, PARENT_PID_ENV, child_env, tie_to_parent
 
-from helpers.proc_tree import alive, descendants
+from helpers.proc_tree import alive, descendants, outliving
 
 GONE_SECONDS = 5.0  # the promise: a tied child is gone this long after its parent
 START_SECONDS = 60.0
@@ -55,13 +55,6 @@ def start_parent(where: str) -> tuple[subprocess.Popen[bytes], int]:
     return parent, child
 
 
-def wait_gone(pids: set[int], seconds: float) -> set[int]:
-    give_up = time.monotonic() + seconds
-    while alive(pids) and time.monotonic() < give_up:
-        time.sleep(0.05)
-    return alive(pids)
-
-
 @pytest.mark.parametrize("where", ["main", "thread"])
 def test_a_tied_child_dies_within_seconds_of_its_parent(where: str) -> None:
     """SIGKILL of the parent alone: the child it started is gone within 5 s."""
@@ -71,9 +64,7 @@ def test_a_tied_child_dies_within_seconds_of_its_parent(where: str) -> None:
         # Started from a worker thread that ended: the child must still live.
         time.sleep(3 * process_tie.WATCH_SECONDS)
         assert alive({child}) == {child}
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        assert wait_gone({child}, GONE_SECONDS) == set()
+        assert outliving(parent, {child}, GONE_SECONDS) == set()
     finally:
         for pid in alive({child, parent.pid}):
             os.kill(pid, signal.SIGKILL)

@@ -17,6 +17,7 @@ Placeholders (a ``$name`` string anywhere in a row's body):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -59,7 +60,7 @@ def run_case(participant: Participant, case: Case, tmp: Path) -> list[str]:
     """Reach the row's start, send it, and return every way the reply broke the row."""
     start = STARTS[case.start]
     target = participant.for_inflight() if start.inflight else participant
-    with Ctx(target, tmp, case.start, settle=not start.inflight) as ctx:
+    with contextlib.closing(Ctx(target, tmp, case.start, settle=not start.inflight)) as ctx:
         start.reach(ctx)
         before = target.client.status()
         body, raw = resolve(case, ctx)

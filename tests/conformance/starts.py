@@ -7,7 +7,7 @@ keeps what the start produced (the open id, a finished id, recorded replies,
 directories, the row's episodes) for the row's placeholders, and cleans up
 after the row: it resumes whatever is open and retires the row's rollouts::
 
-    with Ctx(participant, tmp_path, "prepared") as ctx:
+    with contextlib.closing(Ctx(participant, tmp_path, "prepared")) as ctx:
         STARTS["prepared"].reach(ctx)
         ctx.open_id, ctx.recorded["prepare"]
 """
@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
@@ -83,15 +82,8 @@ class Ctx:
 
     # ---------------------------------------------------------------- cleanup
 
-    def __enter__(self) -> Ctx:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Resume whatever is open and retire the row's rollouts."""
         open_id = self.participant.client.status().get("checkpoint_id")
         if open_id is not None:
             self.post("resume", checkpoint_id=open_id)

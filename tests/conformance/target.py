@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ import httpx
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, RETIRE_ORDER, Kind
+
+from helpers.server_process import stop, wait_ready
 
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
 ROOT_ENV = "ENVCKPT_CHECKPOINT_ROOT"
@@ -239,31 +240,6 @@ def start_sim(
     return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_ready(
-    tmp: Path, name: str, process: subprocess.Popen[bytes], *, seconds: float = READY_SECONDS
-) -> dict[str, str]:
-    ready = tmp / f"{name}.ready.json"
-    deadline = time.monotonic() + seconds
-    while not ready.exists():
-        if process.poll() is not None:
-            raise RuntimeError(f"{name} server exited: {(tmp / f'{name}.log').read_text()[-2000:]}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{name} server not ready in {seconds:g} s")
-        time.sleep(0.05)
-    urls: dict[str, str] = json.loads(ready.read_text())
-    return urls
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 @contextlib.contextmanager
 def own_participants(
     tmp: Path, http: httpx.Client, *, workers: int = 1
@@ -282,7 +258,12 @@ def own_participants(
         deployments: dict[str, dict[Kind, Participant]] = {}
         for name, process in processes.items():
             # Each of N workers imports the whole server: startup grows with N.
-            urls = wait_ready(tmp, name, process, seconds=READY_SECONDS * 2 * workers)
+            urls: dict[str, str] = wait_ready(
+                tmp / f"{name}.ready.json",
+                process,
+                seconds=READY_SECONDS * 2 * workers,
+                log=tmp / f"{name}.log",
+            )
             clients = {
                 kind: ControlClient(urls[server], token, http)
                 for kind, server in SIM_SERVERS.items()
@@ -306,7 +287,7 @@ def own_participants(
         yield participants
     finally:
         for process in processes.values():
-            stop(process)
+            stop(process, seconds=15)
         for driver in drivers:
             driver.close()
 

@@ -21,7 +21,7 @@ from envckpt.coordination.coordinator import (
     Coordinator,
 )
 from envckpt.coordination.transport import ControlReply, TransportFailure
-from envckpt.coordination.types import Member, Participants, call_seconds
+from envckpt.coordination.types import Member, Participants, PrepareResult, call_seconds
 from envckpt.errors import CoordinationError
 from envckpt.participant import store
 from envckpt.protocol import Kind, Mode
@@ -29,6 +29,8 @@ from envckpt.protocol import Kind, Mode
 from helpers.participant_doubles import (
     START,
     Cluster,
+    Sent,
+    TransportDouble,
     Turn,
     drain_tasks,
     ep,
@@ -43,7 +45,7 @@ ORDERED = [
 ]
 
 
-class ScriptedTransport:
+class ScriptedTransport(TransportDouble):
     """Answers status with canned replies (or raises) per server."""
 
     def __init__(self, replies: Mapping[str, ControlReply | Exception]) -> None:
@@ -53,18 +55,9 @@ class ScriptedTransport:
     def server_names(self) -> tuple[str, ...]:
         return tuple(sorted(self.replies))
 
-    async def request(
-        self,
-        server: str,
-        method: str,
-        route: str,
-        body: Mapping[str, Any] | None,
-        *,
-        timeout: float,
-        connect_tries: int = 1,
-    ) -> ControlReply:
-        self.calls.append((server, timeout, connect_tries))
-        reply = self.replies[server]
+    async def answer(self, sent: Sent) -> ControlReply:
+        self.calls.append((sent.server, sent.timeout, sent.connect_tries))
+        reply = self.replies[sent.server]
         if isinstance(reply, Exception):
             raise reply
         return reply
@@ -76,6 +69,27 @@ def status(kind: str, **extra: Any) -> ControlReply:
 
 async def discovered(cluster: Cluster) -> Participants:
     return await cluster.coordinator.discover()
+
+
+async def prepared_after_r1() -> tuple[Cluster, Participants, PrepareResult]:
+    """A discovered cluster that ran r1 everywhere, and its prepare of c1."""
+    cluster = Cluster()
+    participants = await discovered(cluster)
+    await cluster.run_everywhere(ep("r1"))
+    result = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    return cluster, participants, result
+
+
+async def prepared_past_a_turn_in(
+    server: str,
+) -> tuple[Cluster, Participants, Turn, PrepareResult]:
+    """A discovered cluster whose ``server`` holds r1 in flight, and the prepare of c1 it
+    blocks."""
+    cluster = Cluster()
+    participants = await discovered(cluster)
+    turn = await Turn.start(cluster.cores[server], ep("r1"))
+    result = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    return cluster, participants, turn, result
 
 
 # --------------------------------------------------------------------- discover
@@ -211,10 +225,7 @@ def test_coordinators_given_no_clock_share_the_system_clock() -> None:
 
 async def test_prepare_all_ready() -> None:
     """With every episode parked every stage prepares and restarts are empty."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    await cluster.run_everywhere(ep("r1"))
-    result = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, _, result = await prepared_after_r1()
     assert result.prepared
     assert set(result.replies) == set(cluster.cores)
     assert result.blockers() == {}
@@ -225,10 +236,7 @@ async def test_prepare_all_ready() -> None:
 
 async def test_prepare_stops_at_the_first_unready_stage() -> None:
     """An unready agent stage leaves the resources stage untouched and idle."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    turn = await Turn.start(cluster.cores["agent-b"], ep("r1"))
-    result = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, _, turn, result = await prepared_past_a_turn_in("agent-b")
     assert not result.prepared
     assert result.blockers() == {"agent-b": ("r1",)}
     assert set(result.replies) == {"env", "policy", "agent-a", "agent-b"}
@@ -245,10 +253,7 @@ async def test_prepare_stops_at_the_first_unready_stage() -> None:
 
 async def test_prepare_and_commit_time_each_participant_s_call(tmp_path: Path) -> None:
     """Every contacted server has its call's seconds (monotonic), none it did not contact."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    turn = await Turn.start(cluster.cores["agent-b"], ep("r1"))
-    blocked = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, participants, turn, blocked = await prepared_past_a_turn_in("agent-b")
     assert set(blocked.seconds) == {"env", "policy", "agent-a", "agent-b"}  # tools not reached
     assert all(seconds >= 0 for seconds in blocked.seconds.values())
     await turn.finish()
@@ -259,10 +264,7 @@ async def test_prepare_and_commit_time_each_participant_s_call(tmp_path: Path) -
 
 async def test_prepare_unready_environment_leaves_every_later_stage_idle() -> None:
     """An unready first stage means no later stage is contacted."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    turn = await Turn.start(cluster.cores["env"], ep("r1"))
-    result = await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, _, turn, result = await prepared_past_a_turn_in("env")
     assert not result.prepared
     assert set(result.replies) == {"env"}
     assert [p for n, p in cluster.phases().items() if n != "env"] == ["idle"] * 4
@@ -567,10 +569,7 @@ async def test_restore_cleanup_retires_past_a_failing_stage(tmp_path: Path) -> N
 
 async def test_drop_reply_on_commit_then_retry_returns_the_same_reply(tmp_path: Path) -> None:
     """A lost commit reply fails the call, but the participant committed; a retry collects it."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    await cluster.run_everywhere(ep("r1"))
-    await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, participants, _ = await prepared_after_r1()
     cluster.faults.add("drop_reply", server="agent-a", route="commit")
     args = (participants, "c1", str(tmp_path), [ep("r1")])
     with pytest.raises(CoordinationError) as caught:
@@ -584,10 +583,7 @@ async def test_drop_reply_on_commit_then_retry_returns_the_same_reply(tmp_path: 
 
 async def test_crash_before_publish_leaves_no_manifest(tmp_path: Path) -> None:
     """A crash between records and manifest fails that commit and publishes nothing there."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    await cluster.run_everywhere(ep("r1"))
-    await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, participants, _ = await prepared_after_r1()
     cluster.faults.add("crash_before_publish", server="policy", route="commit")
     with pytest.raises(CoordinationError) as caught:
         await cluster.coordinator.commit(
@@ -621,10 +617,7 @@ async def test_crash_fault_on_a_refused_commit_does_not_linger(tmp_path: Path) -
 
 async def test_corrupt_records_make_the_restore_fail(tmp_path: Path) -> None:
     """A flipped byte in one records file fails the restore invalid_checkpoint_state, all undone."""
-    cluster = Cluster()
-    participants = await discovered(cluster)
-    await cluster.run_everywhere(ep("r1"))
-    await cluster.coordinator.prepare(participants, "c1", deadline_ts=cluster.deadline())
+    cluster, participants, _ = await prepared_after_r1()
     cluster.faults.add("corrupt_records", server="agent-b", route="commit")
     await cluster.coordinator.commit(
         participants, "c1", str(tmp_path), [ep("r1")], deadline_ts=cluster.deadline()

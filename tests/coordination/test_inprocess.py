@@ -77,6 +77,15 @@ class Deployment:
         return (store.participant_dir(directory, "model", "policy") / "manifest.json").exists()
 
 
+async def prepared_with_a_commit_fault(fault: str) -> Deployment:
+    """A deployment with its episode parked and c1 prepared, whose next commit takes ``fault``."""
+    deployment = Deployment()
+    await deployment.park()
+    await deployment.post("prepare", deployment.body())
+    deployment.faults.add(fault, route="commit")
+    return deployment
+
+
 # ------------------------------------------------------------------ addressing
 
 
@@ -227,10 +236,7 @@ async def test_drop_reply_runs_the_request_and_loses_its_reply() -> None:
 
 async def test_crash_before_publish_leaves_records_without_a_manifest(tmp_path: Path) -> None:
     """crash_before_publish: the commit fails after its records, nothing is published."""
-    deployment = Deployment()
-    await deployment.park()
-    await deployment.post("prepare", deployment.body())
-    deployment.faults.add("crash_before_publish", route="commit")
+    deployment = await prepared_with_a_commit_fault("crash_before_publish")
     reply = await deployment.post("commit", deployment.commit_body(tmp_path))
     assert reply.status == 500 and "SimulatedCrash" in reply.describe()
     directory = store.participant_dir(tmp_path, "model", "policy")
@@ -242,10 +248,7 @@ async def test_a_crash_fault_on_a_refused_commit_does_not_wait_for_a_later_one(
     tmp_path: Path,
 ) -> None:
     """A commit that writes nothing consumes the crash: the next commit publishes."""
-    deployment = Deployment()
-    await deployment.park()
-    await deployment.post("prepare", deployment.body())
-    deployment.faults.add("crash_before_publish", route="commit")
+    deployment = await prepared_with_a_commit_fault("crash_before_publish")
     refused = await deployment.post("commit", deployment.commit_body(tmp_path, checkpoint_id="c9"))
     assert refused.error_code == "checkpoint_conflict"
     assert deployment.core.before_publish == []
@@ -255,10 +258,7 @@ async def test_a_crash_fault_on_a_refused_commit_does_not_wait_for_a_later_one(
 
 async def test_corrupt_records_flips_a_byte_after_a_successful_commit(tmp_path: Path) -> None:
     """corrupt_records: the commit replies 200, then its records no longer verify."""
-    deployment = Deployment()
-    await deployment.park()
-    await deployment.post("prepare", deployment.body())
-    deployment.faults.add("corrupt_records", route="commit")
+    deployment = await prepared_with_a_commit_fault("corrupt_records")
     reply = await deployment.post("commit", deployment.commit_body(tmp_path))
     assert reply.status == 200
     manifest = store.read_manifest(tmp_path, kind="model", instance="policy")
@@ -268,10 +268,7 @@ async def test_corrupt_records_flips_a_byte_after_a_successful_commit(tmp_path: 
 
 async def test_corrupt_records_waits_for_a_commit_that_succeeds(tmp_path: Path) -> None:
     """A refused commit does not use up corrupt_records; the next successful one does."""
-    deployment = Deployment()
-    await deployment.park()
-    await deployment.post("prepare", deployment.body())
-    deployment.faults.add("corrupt_records", route="commit")
+    deployment = await prepared_with_a_commit_fault("corrupt_records")
     refused = await deployment.post("commit", deployment.commit_body(tmp_path, checkpoint_id="c9"))
     assert refused.status == 409 and deployment.faults.fired == []
     await deployment.post("commit", deployment.commit_body(tmp_path))

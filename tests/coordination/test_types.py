@@ -21,11 +21,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.protocol import STAGES, Kind, Mode
 
 from helpers.examples import examples
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
-
+from helpers.participant_doubles import ep
 
 # --------------------------------------------------------------------- Member
 

@@ -19,7 +19,7 @@ from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, load_settings, sa
 from envckpt.trainer.layout import SnapshotLayout
 
 from helpers.demo_cli import run_main
-from helpers.proc_tree import alive, command, descendants
+from helpers.proc_tree import alive, command, descendants, outliving
 from helpers.snapshot_files import publish
 
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
@@ -43,12 +43,8 @@ def test_a_killed_demo_resumes_and_a_finished_one_requeues_as_a_no_op(tmp_path: 
             time.sleep(0.05)
         tree = descendants(demo.pid)  # the trainer and its Gym servers
         assert len(tree) >= 3, [command(pid) for pid in tree]
-        os.kill(demo.pid, signal.SIGKILL)
-        demo.wait()
-        gone_by = time.monotonic() + GONE_SECONDS
-        while alive(tree) and time.monotonic() < gone_by:
-            time.sleep(0.05)
-        assert not alive(tree), [command(pid) for pid in alive(tree)]
+        left = outliving(demo, tree, GONE_SECONDS)
+        assert not left, [command(pid) for pid in left]
     finally:
         for pid in alive(tree | {demo.pid}):
             os.kill(pid, signal.SIGKILL)

@@ -79,6 +79,14 @@ def failed(settings: DemoSettings, record: RunRecord) -> list[str]:
     return judge(settings, record).failed()
 
 
+def failed_once(run: tuple[DemoSettings, RunRecord], tamper: Tamper) -> list[str]:
+    """The checks a copy of ``run``'s record fails once ``tamper`` changed it."""
+    settings, record = run
+    record = copy.deepcopy(record)
+    tamper(record)
+    return failed(settings, record)
+
+
 def _first(record: RunRecord) -> dict[str, Any]:
     return record.results[sorted(record.results)[0]]
 
@@ -219,11 +227,8 @@ def test_every_check_fails_on_its_tampering(
     killed_run: tuple[DemoSettings, RunRecord], tampering: str
 ) -> None:
     """Each tampering fails the check it targets (and the verdict)."""
-    settings, record = killed_run
-    record = copy.deepcopy(record)
     tamper, check = TAMPERINGS[tampering]
-    tamper(record)
-    assert check in failed(settings, record)
+    assert check in failed_once(killed_run, tamper)
 
 
 def _final_snapshot_lost(record: RunRecord) -> None:
@@ -259,11 +264,8 @@ def test_every_preemption_check_fails_on_its_tampering(
     preempted_run: tuple[DemoSettings, RunRecord], tampering: str
 ) -> None:
     """The final snapshot must exist and be the one restored; no turn may be recomputed."""
-    settings, record = preempted_run
-    record = copy.deepcopy(record)
     tamper, check = PREEMPT_TAMPERINGS[tampering]
-    tamper(record)
-    assert failed(settings, record) == [check]
+    assert failed_once(preempted_run, tamper) == [check]
 
 
 def test_verdict_json_has_exactly_the_documented_fields(
@@ -394,13 +396,21 @@ def test_recomputed_turns_are_the_effects_no_result_kept(tmp_path: Path) -> None
 # ---- planned and struck, requeues, the demo's own interruption ------------------------
 
 
+def a_third_kill_planned(
+    run: tuple[DemoSettings, RunRecord],
+) -> tuple[DemoSettings, RunRecord]:
+    """``run`` with a copy of its record that planned a third kill (as --kills 3)."""
+    settings, record = run
+    record = copy.deepcopy(record)
+    record.planned = [*record.planned, Interruption(KILL, after_snapshots=1, seed=5)]
+    return settings, record
+
+
 def test_a_planned_kill_the_job_finished_before_is_no_failure(
     killed_run: tuple[DemoSettings, RunRecord],
 ) -> None:
     """--kills 3 on a job that finished before the third: PASS, planned vs struck stated."""
-    settings, record = killed_run
-    record = copy.deepcopy(record)
-    record.planned = [*record.planned, Interruption(KILL, after_snapshots=1, seed=5)]
+    settings, record = a_third_kill_planned(killed_run)
     verdict = judge(settings, record)
     assert verdict.passed, verdict.render()
     assert (verdict.numbers["kills"], verdict.numbers["kills_planned"]) == (2, 3)
@@ -412,9 +422,7 @@ def test_a_planned_kill_missing_from_a_job_that_did_not_finish_still_fails(
     killed_run: tuple[DemoSettings, RunRecord],
 ) -> None:
     """Tampered: the same, but the job never finished: the missing strike is a failure."""
-    settings, record = killed_run
-    record = copy.deepcopy(record)
-    record.planned = [*record.planned, Interruption(KILL, after_snapshots=1, seed=5)]
+    settings, record = a_third_kill_planned(killed_run)
     record.done = False
     assert "every planned interruption struck after a published snapshot" in failed(
         settings, record

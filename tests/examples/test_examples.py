@@ -25,6 +25,16 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def output_of(script: str, *, needs: str, missing: str) -> str:
+    """What ``script`` printed, once it exited 0; the test is skipped, saying ``missing``,
+    when the module it ``needs`` is not installed."""
+    if importlib.util.find_spec(needs) is None:
+        pytest.skip(missing)
+    done = run(script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def test_the_trainer_loop_snapshots_crashes_and_restores_over_http(tmp_path: Path) -> None:
     """Run 1 crashes holding rollouts; run 2 restores, continues them and finishes all eight."""
     done = run("trainer_over_http.py", "--dir", str(tmp_path))
@@ -40,21 +50,19 @@ def test_the_trainer_loop_snapshots_crashes_and_restores_over_http(tmp_path: Pat
 @pytest.mark.gym
 def test_the_routes_mounted_on_a_nemo_gym_server_take_a_checkpoint() -> None:
     """The counter's session is discovered, committed, and its count is in the records."""
-    if importlib.util.find_spec("resources_servers") is None:
-        pytest.skip("nemo-gym's example servers are not installed")
-    done = run("mount_on_nemo_gym.py")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "participants: [('policy_model', 'model'), ('counter', 'resources')]" in done.stdout
-    assert "committed episodes: ['r1']" in done.stdout
-    assert '"counter": 7' in done.stdout
+    shown = output_of(
+        "mount_on_nemo_gym.py",
+        needs="resources_servers",
+        missing="nemo-gym's example servers are not installed",
+    )
+    assert "participants: [('policy_model', 'model'), ('counter', 'resources')]" in shown
+    assert "committed episodes: ['r1']" in shown
+    assert '"counter": 7' in shown
 
 
 @pytest.mark.ray
 def test_gym_instances_in_ray_actors_continue_in_replacement_actors() -> None:
     """Four rollouts snapshotted in actors finish in new actors, as if never interrupted."""
-    if importlib.util.find_spec("ray") is None:
-        pytest.skip("ray is not installed")
-    done = run("ray_instances.py")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "snapshot: 4 rollouts saved mid-flight" in done.stdout
-    assert done.stdout.count("transcript as if never interrupted") == 4
+    shown = output_of("ray_instances.py", needs="ray", missing="ray is not installed")
+    assert "snapshot: 4 rollouts saved mid-flight" in shown
+    assert shown.count("transcript as if never interrupted") == 4

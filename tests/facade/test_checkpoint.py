@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from envckpt.clock import FakeClock
-from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     CorruptCheckpoint,
     GymCheckpointUnavailable,
@@ -17,85 +16,36 @@ from envckpt.errors import (
     ProtocolViolation,
     SnapshotNotReady,
 )
-from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
+from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.facade.manifest import MANIFEST_NAME
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.interfaces import EnvironmentCheckpoint
-from envckpt.inventory import InMemoryInventory
 
 from helpers.dict_deployment import Deployment
-
-A = GymCheckpointInstance("shard", 0)
-B = GymCheckpointInstance("shard", 1)
-
-
-class Cut:
-    """A cut that is live until closed."""
-
-    def __init__(self) -> None:
-        self.live = True
-
-    def require_live(self) -> None:
-        if not self.live:
-            raise RuntimeError("cut expired")
-
-
-class World:
-    """Two instances, their deployments and an inventory, on one fake clock."""
-
-    def __init__(self, clock: FakeClock | None = None) -> None:
-        self.clock = clock or FakeClock()
-        self.deployments = {A: Deployment(clock=self.clock), B: Deployment(clock=self.clock)}
-        self.inventory = InMemoryInventory()
-        self.facade = self.make_facade()
-
-    def make_facade(self) -> GymEnvironmentCheckpoint:
-        return GymEnvironmentCheckpoint(
-            [
-                LocalInstance(GymCheckpointAdapter(instance=i, coordination=d.coordinator))
-                for i, d in self.deployments.items()
-            ],
-            self.inventory,
-            clock=self.clock,
-            timeouts=CheckpointTimeouts(prepare_seconds=10, renew_interval_seconds=1e6),
-        )
-
-    async def start(self, instance: GymCheckpointInstance, episode: EnvironmentEpisode) -> None:
-        await self.deployments[instance].start(episode, turn=2)
-        self.inventory.add(instance.instance_id, episode)
-
-    def restarted(self) -> World:
-        """Fresh processes of the same deployments, with the same inventory."""
-        world = World.__new__(World)
-        world.clock = self.clock
-        world.deployments = {i: d.fresh() for i, d in self.deployments.items()}
-        world.inventory = self.inventory
-        world.facade = world.make_facade()
-        return world
-
-
-E1, E2, E3 = EnvironmentEpisode("r1", 0), EnvironmentEpisode("r2", 1), EnvironmentEpisode("r3", 0)
-
-
-async def snapshot(world: World, path: Path) -> None:
-    async with world.facade.snapshot(path) as snap:
-        assert snap is not None
-        cut = Cut()
-        await snap.check_against_cut(cut)
+from helpers.facade_world import (
+    E1,
+    E2,
+    E3,
+    A,
+    B,
+    FacadeWorld,
+    LiveCut,
+    restarted_after_snapshot,
+    take_snapshot,
+)
 
 
 def test_facade_satisfies_the_interface() -> None:
     """GymEnvironmentCheckpoint is an EnvironmentCheckpoint and holds rollout state."""
-    world = World()
+    world = FacadeWorld()
     assert isinstance(world.facade, EnvironmentCheckpoint)
     assert world.facade.holds_rollout_state
 
 
 async def test_snapshot_commits_every_instance_and_resumes(tmp_path: Path) -> None:
     """A snapshot writes gym_checkpoint.json, exports the inventory and resumes all."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     await world.start(B, E2)
     async with world.facade.snapshot(tmp_path) as snap:
@@ -105,21 +55,19 @@ async def test_snapshot_commits_every_instance_and_resumes(tmp_path: Path) -> No
             for d in world.deployments.values()
             for core in d.cores.values()
         )
-        await snap.check_against_cut(Cut())
+        await snap.check_against_cut(LiveCut())
         metrics = snap.metrics(1.5)
     assert metrics["env_exported_episodes"] == 2.0
     assert metrics["env_paused_seconds"] == 1.5
     document = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert set(document["instances"]) == {A.instance_id, B.instance_id}
     assert document["instances"][A.instance_id]["episodes"] == [E1.to_wire()]
-    assert all(
-        core.phase == "idle" for d in world.deployments.values() for core in d.cores.values()
-    )
+    assert world.all_idle()
 
 
 async def test_not_ready_aborts_everything_and_is_retryable(tmp_path: Path) -> None:
     """A blocked instance makes the snapshot raise SnapshotNotReady after resuming all."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     agent = world.deployments[A].cores["agent"]
     async with agent.admit(E1):
@@ -129,15 +77,13 @@ async def test_not_ready_aborts_everything_and_is_retryable(tmp_path: Path) -> N
     assert info.value.blockers == {A.instance_id: {"agent": ("r1",)}}
     assert world.facade.is_unavailable(info.value)
     assert not (tmp_path / MANIFEST_NAME).exists()
-    assert all(
-        core.phase == "idle" for d in world.deployments.values() for core in d.cores.values()
-    )
-    await snapshot(world, tmp_path / "again")
+    assert world.all_idle()
+    await take_snapshot(world, tmp_path / "again")
 
 
 async def test_commit_failure_aborts_and_leaves_nothing_restorable(tmp_path: Path) -> None:
     """A participant failing its commit aborts the snapshot; no manifest is written."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     world.deployments[B].faults.add("crash_before_publish", server="agent")
     with pytest.raises(GymCheckpointUnavailable):
@@ -151,23 +97,21 @@ async def test_commit_failure_aborts_and_leaves_nothing_restorable(tmp_path: Pat
 
 async def test_error_inside_the_context_aborts(tmp_path: Path) -> None:
     """An exception in the trainer's body resumes everyone and propagates."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     with pytest.raises(KeyError):
         async with world.facade.snapshot(tmp_path):
             raise KeyError("trainer failed")
-    assert all(
-        core.phase == "idle" for d in world.deployments.values() for core in d.cores.values()
-    )
+    assert world.all_idle()
 
 
 async def test_dropped_attempts_are_retired_before_prepare(tmp_path: Path) -> None:
     """Attempts the inventory dropped are retired everywhere first."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     await world.start(A, E3)
     world.inventory.drop(A.instance_id, E3)
-    await snapshot(world, tmp_path)
+    await take_snapshot(world, tmp_path)
     assert world.inventory.dropped_attempts(A.instance_id) == ()
     for core in world.deployments[A].cores.values():
         assert core.fence.mark("r3") == 0
@@ -177,7 +121,7 @@ async def test_dropped_attempts_are_retired_before_prepare(tmp_path: Path) -> No
 
 async def test_concurrent_snapshots_are_refused(tmp_path: Path) -> None:
     """A second snapshot while one is open is a caller bug."""
-    world = World()
+    world = FacadeWorld()
     async with world.facade.snapshot(tmp_path / "one"):
         with pytest.raises(IllegalTransition):
             async with world.facade.snapshot(tmp_path / "two"):
@@ -186,11 +130,7 @@ async def test_concurrent_snapshots_are_refused(tmp_path: Path) -> None:
 
 async def test_restore_continues_every_saved_rollout(tmp_path: Path) -> None:
     """A restarted job restores each instance's rollouts as attempt N+1."""
-    world = World()
-    await world.start(A, E1)
-    await world.start(B, E2)
-    await snapshot(world, tmp_path)
-    after = world.restarted()
+    after = await restarted_after_snapshot(tmp_path)
     async with after.facade.restored(tmp_path) as restored:
         assert restored.continued_attempts == {
             (A.instance_id, "r1", 0),
@@ -199,18 +139,12 @@ async def test_restore_continues_every_saved_rollout(tmp_path: Path) -> None:
         assert "r1/t1" in restored.staging_keys
     agent_b = after.deployments[B].hooks["agent"]
     assert set(agent_b.state) == {E2.next_attempt()}
-    assert all(
-        core.phase == "idle" for d in after.deployments.values() for core in d.cores.values()
-    )
+    assert after.all_idle()
 
 
 async def test_restore_is_all_or_nothing_across_instances(tmp_path: Path) -> None:
     """One instance failing its restore drops the restore on every instance."""
-    world = World()
-    await world.start(A, E1)
-    await world.start(B, E2)
-    await snapshot(world, tmp_path)
-    after = world.restarted()
+    after = await restarted_after_snapshot(tmp_path)
     after.deployments[B].faults.add("error", server="tools", route="restore")
     with pytest.raises(GymCheckpointUnavailable):
         async with after.facade.restored(tmp_path):
@@ -223,10 +157,7 @@ async def test_restore_is_all_or_nothing_across_instances(tmp_path: Path) -> Non
 
 async def test_error_inside_restored_drops_what_was_restored(tmp_path: Path) -> None:
     """An exception in the restored context retires the replacement attempts."""
-    world = World()
-    await world.start(A, E1)
-    await snapshot(world, tmp_path)
-    after = world.restarted()
+    after = await restarted_after_snapshot(tmp_path, (A, E1))
     with pytest.raises(ValueError):
         async with after.facade.restored(tmp_path):
             raise ValueError("ledger refused")
@@ -236,11 +167,11 @@ async def test_error_inside_restored_drops_what_was_restored(tmp_path: Path) -> 
 
 async def test_corrupt_records_refuse_the_whole_restore(tmp_path: Path) -> None:
     """A flipped byte in one participant's records makes the restore fail, nothing kept."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     await world.start(B, E2)
     world.deployments[B].faults.add("corrupt_records", server="agent")
-    await snapshot(world, tmp_path)
+    await take_snapshot(world, tmp_path)
     after = world.restarted()
     with pytest.raises(CorruptCheckpoint):
         async with after.facade.restored(tmp_path):
@@ -250,10 +181,10 @@ async def test_corrupt_records_refuse_the_whole_restore(tmp_path: Path) -> None:
 
 async def test_restore_from_a_wrong_source_is_refused(tmp_path: Path) -> None:
     """Participant replies must name the snapshot's own checkpoint id."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
-    await snapshot(world, tmp_path / "one")
-    await snapshot(world, tmp_path / "two")
+    await take_snapshot(world, tmp_path / "one")
+    await take_snapshot(world, tmp_path / "two")
     # Splice instance A's participant state of snapshot one into snapshot two.
     import shutil
 
@@ -267,7 +198,7 @@ async def test_restore_from_a_wrong_source_is_refused(tmp_path: Path) -> None:
 
 def test_two_instances_with_one_id_are_refused() -> None:
     """A facade over two instances that share an id is a ValueError naming the ids."""
-    world = World()
+    world = FacadeWorld()
     deployment = world.deployments[A]
     twins = [
         LocalInstance(GymCheckpointAdapter(instance=A, coordination=deployment.coordinator))
@@ -278,16 +209,21 @@ def test_two_instances_with_one_id_are_refused() -> None:
         GymEnvironmentCheckpoint(twins)
 
 
+def with_restart_only_tools_on_a() -> FacadeWorld:
+    """A world whose instance A has a model and restart-only tools (no agent)."""
+    clock = FakeClock()
+    kinds = (("policy", "model", "export_restore"), ("tools", "resources", "restart_only"))
+    return FacadeWorld(
+        clock=clock,
+        deployments={A: Deployment(clock=clock, kinds=kinds), B: Deployment(clock=clock)},
+    )
+
+
 async def test_check_startup_warns_about_restart_only() -> None:
     """Restart-only participants are reported with a warning, not refused."""
     from structlog.testing import capture_logs
 
-    world = World()
-    world.deployments[A] = Deployment(
-        clock=world.clock,
-        kinds=(("policy", "model", "export_restore"), ("tools", "resources", "restart_only")),
-    )
-    world.facade = world.make_facade()
+    world = with_restart_only_tools_on_a()
     with capture_logs() as logs:
         await world.facade.check_startup()
     assert any(e.get("servers") == ["tools"] for e in logs)
@@ -297,13 +233,8 @@ async def test_check_startup_fails_on_an_undiscoverable_instance_and_warns_nobod
     """One instance failing discovery fails startup as unavailable; no restart-only warning."""
     from structlog.testing import capture_logs
 
-    world = World()
-    world.deployments[A] = Deployment(
-        clock=world.clock,
-        kinds=(("policy", "model", "export_restore"), ("tools", "resources", "restart_only")),
-    )
+    world = with_restart_only_tools_on_a()
     world.deployments[B].faults.add("unreachable", server="agent", route="status")
-    world.facade = world.make_facade()
     with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as caught:
         await world.facade.check_startup()
     assert caught.value.operation == "discover" and set(caught.value.failures) == {B.instance_id}
@@ -312,7 +243,7 @@ async def test_check_startup_fails_on_an_undiscoverable_instance_and_warns_nobod
 
 async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
     """forget clears marks on the instance it names."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     world.inventory.drop(A.instance_id, E1)
     await world.facade.check_startup()
@@ -324,7 +255,7 @@ async def test_forget_reaches_the_named_instance(tmp_path: Path) -> None:
 
 async def test_a_slow_participant_fails_the_snapshot_and_everyone_resumes(tmp_path: Path) -> None:
     """A participant slower than the prepare deadline fails the snapshot; nothing stays open."""
-    world = World()
+    world = FacadeWorld()
     await world.start(A, E1)
     world.deployments[B].faults.add("slow", server="agent", route="prepare")
     with pytest.raises(GymCheckpointUnavailable) as info:
@@ -337,4 +268,4 @@ async def test_a_slow_participant_fails_the_snapshot_and_everyone_resumes(tmp_pa
     for deployment in world.deployments.values():
         for core in deployment.cores.values():
             assert (await core.status())["phase"] == "idle"
-    await snapshot(world, tmp_path / "again")
+    await take_snapshot(world, tmp_path / "again")

@@ -274,38 +274,29 @@ async def test_uncancellable_returns_and_raises_like_the_work() -> None:
         await uncancellable(failing())
 
 
-async def test_uncancellable_finishes_the_work_then_propagates_cancellation() -> None:
-    """Cancelling the caller lets the work run to its end; then the caller sees CancelledError."""
+@pytest.mark.parametrize(
+    ("cancels", "fails"),
+    [(1, False), (3, False), (1, True)],
+    ids=["cancelled-once", "cancelled-repeatedly", "cancelled-then-the-work-fails"],
+)
+async def test_uncancellable_finishes_the_work_then_propagates_cancellation(
+    cancels: int, fails: bool
+) -> None:
+    """Cancelling the caller (once, or again while the work finishes) lets the work run to its
+    end, never stopped half-way; then the caller sees CancelledError, even if the work then
+    failed."""
     release = asyncio.Event()
     finished: list[str] = []
 
     async def work() -> None:
         await release.wait()
         finished.append("resumed everyone")
+        if fails:
+            raise GymCheckpointUnavailable("resume failed", operation="resume")
 
     caller = asyncio.ensure_future(uncancellable(work()))
     await asyncio.sleep(0.01)
-    caller.cancel()
-    await asyncio.sleep(0.01)
-    assert not caller.done() and finished == []
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
-    assert finished == ["resumed everyone"]
-
-
-async def test_uncancellable_survives_repeated_cancellation() -> None:
-    """A second (and third) cancel while the work finishes does not stop it half-way."""
-    release = asyncio.Event()
-    finished: list[str] = []
-
-    async def work() -> None:
-        await release.wait()
-        finished.append("resumed everyone")
-
-    caller = asyncio.ensure_future(uncancellable(work()))
-    await asyncio.sleep(0.01)
-    for _ in range(3):
+    for _ in range(cancels):
         caller.cancel()
         await asyncio.sleep(0.01)
     assert not caller.done() and finished == []
@@ -313,23 +304,6 @@ async def test_uncancellable_survives_repeated_cancellation() -> None:
     with pytest.raises(asyncio.CancelledError):
         await caller
     assert finished == ["resumed everyone"]
-
-
-async def test_uncancellable_cancellation_wins_over_the_works_error() -> None:
-    """A cancelled caller sees CancelledError even if the work then failed."""
-    release = asyncio.Event()
-
-    async def work() -> None:
-        await release.wait()
-        raise GymCheckpointUnavailable("resume failed", operation="resume")
-
-    caller = asyncio.ensure_future(uncancellable(work()))
-    await asyncio.sleep(0.01)
-    caller.cancel()
-    await asyncio.sleep(0.01)
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
 
 
 async def test_stop_passes_on_a_cancellation_of_its_caller() -> None:

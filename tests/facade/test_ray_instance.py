@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
-import os
 import subprocess
 import sys
 import time
@@ -23,9 +21,9 @@ from envckpt.gym.summaries import GymCheckpointPrepareSummary
 from envckpt.inventory import InMemoryInventory
 
 from helpers.facade_world import E1, A, LiveCut
+from helpers.local_ray import local_ray
 from helpers.ray_hosts import DictInstanceActor
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
 TIMEOUTS = CheckpointTimeouts(
     prepare_seconds=10, commit_seconds=10, control_seconds=10, renew_interval_seconds=1e6
 )
@@ -117,25 +115,8 @@ def test_importing_the_module_does_not_import_ray() -> None:
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     """One quiet local Ray cluster (no dashboard, loopback) whose workers import helpers."""
-    ray = pytest.importorskip("ray")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        path = [str(TESTS_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        patch.setenv("PYTHONPATH", os.pathsep.join(path))
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-            object_store_memory=80 * 1024 * 1024,
-            namespace="envckpt-tests-ray-instance",
-            _node_ip_address="127.0.0.1",
-        )
-        try:
-            yield ray
-        finally:
-            ray.shutdown()
+    with local_ray("envckpt-tests-ray-instance") as ray:
+        yield ray
 
 
 async def hosted(ray: Any, **options: Any) -> RayInstance:

@@ -14,21 +14,12 @@ from envckpt.facade.restore import abandon_everywhere, check_restorable, restore
 from envckpt.gym.instance import GymCheckpointInstance
 
 from helpers.dict_deployment import Deployment
-from helpers.facade_world import E1, E2, A, B, FacadeWorld, take_snapshot
+from helpers.facade_world import E1, E2, A, B, FacadeWorld, restarted_after_snapshot
 
 # Far enough never to pass, and within the participants' longest lease (1 h) of the
 # fake clock's start.
 FAR = FakeClock().now() + 3000
 RESTORE_ID = "restore-1"
-
-
-async def saved(tmp_path: Path) -> FacadeWorld:
-    """A snapshot of r1 on A and r2 on B in ``tmp_path``; returns the fresh processes."""
-    world = FacadeWorld()
-    await world.start(A, E1)
-    await world.start(B, E2)
-    await take_snapshot(world, tmp_path)
-    return world.restarted()
 
 
 def nothing_installed(world: FacadeWorld) -> bool:
@@ -42,7 +33,7 @@ def nothing_installed(world: FacadeWorld) -> bool:
 
 async def test_a_fresh_matching_deployment_is_restorable(tmp_path: Path) -> None:
     """The manifest comes back once topology, state and participants all fit."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     assert manifest == read_manifest(tmp_path)
     assert manifest.instances[A.instance_id].episodes == (E1,)
@@ -54,7 +45,7 @@ async def test_another_topology_is_refused_before_any_call(
     tmp_path: Path, live: tuple[GymCheckpointInstance, ...]
 ) -> None:
     """Fewer or more live instances than saved: IncompatibleCheckpoint, no request sent."""
-    await saved(tmp_path)
+    await restarted_after_snapshot(tmp_path)
     other = FacadeWorld(deployments={i: Deployment() for i in live})
     with pytest.raises(IncompatibleCheckpoint, match="holds instances"):
         await check_restorable(other.fan_out, tmp_path)
@@ -63,7 +54,7 @@ async def test_another_topology_is_refused_before_any_call(
 
 async def test_another_topology_refuses_the_facades_restore(tmp_path: Path) -> None:
     """The facade's restored context refuses another instance set before its body."""
-    await saved(tmp_path)
+    await restarted_after_snapshot(tmp_path)
     other = FacadeWorld(deployments={A: Deployment()})
     with pytest.raises(IncompatibleCheckpoint):
         async with other.facade.restored(tmp_path):
@@ -73,7 +64,7 @@ async def test_another_topology_refuses_the_facades_restore(tmp_path: Path) -> N
 @pytest.mark.parametrize("damage", ["missing", "tampered"])
 async def test_a_bad_manifest_is_refused_before_any_call(tmp_path: Path, damage: str) -> None:
     """A missing or damaged gym_checkpoint.json is CorruptCheckpoint, no request sent."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     path = tmp_path / MANIFEST_NAME
     if damage == "missing":
         path.unlink()
@@ -86,7 +77,7 @@ async def test_a_bad_manifest_is_refused_before_any_call(tmp_path: Path, damage:
 
 async def test_a_used_deployment_is_refused_before_any_restore(tmp_path: Path) -> None:
     """An instance past discovery (it took a snapshot) refuses: IllegalTransition, nothing sent."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     used = after.instances[B.instance_id]
     await used.discover()
     await used.prepare("ck-used", deadline_ts=FAR)
@@ -107,7 +98,7 @@ async def test_a_used_deployment_is_refused_before_any_restore(tmp_path: Path) -
 
 async def test_missing_participants_are_refused_before_any_restore(tmp_path: Path) -> None:
     """A live instance lacking a participant that saved state: IncompatibleCheckpoint."""
-    await saved(tmp_path)
+    await restarted_after_snapshot(tmp_path)
     without_tools = Deployment(
         kinds=(("policy", "model", "export_restore"), ("agent", "agent", "export_restore"))
     )
@@ -122,7 +113,7 @@ async def test_missing_participants_are_refused_before_any_restore(tmp_path: Pat
 
 async def test_restore_everywhere_restores_every_instance(tmp_path: Path) -> None:
     """No errors: every participant holds the saved rollouts as their next attempts."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     errors = await restore_everywhere(
         after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR
@@ -135,7 +126,7 @@ async def test_restore_everywhere_restores_every_instance(tmp_path: Path) -> Non
 
 async def test_restore_everywhere_returns_each_failure_by_instance(tmp_path: Path) -> None:
     """One instance failing leaves the others restored and reports only its own error."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     after.deployments[B].faults.add("error", server="tools", route="restore")
     errors = await restore_everywhere(
@@ -148,7 +139,7 @@ async def test_restore_everywhere_returns_each_failure_by_instance(tmp_path: Pat
 
 async def test_abandon_after_a_partial_failure_drops_every_restore(tmp_path: Path) -> None:
     """Both the restored and the failed instance retire the next attempts and resume."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     after.deployments[B].faults.add("error", server="tools", route="restore")
     await restore_everywhere(after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR)
@@ -164,7 +155,7 @@ async def test_abandon_after_a_partial_failure_drops_every_restore(tmp_path: Pat
 
 async def test_abandon_leaves_instances_without_a_restore_alone(tmp_path: Path) -> None:
     """An instance that holds no restore (only discovered) gets no retire or resume."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     before = after.requests()
     await abandon_everywhere(after.fan_out, RESTORE_ID, manifest, deadline_ts=FAR)
@@ -174,7 +165,7 @@ async def test_abandon_leaves_instances_without_a_restore_alone(tmp_path: Path) 
 
 async def test_abandon_never_raises_and_logs_what_it_could_not_drop(tmp_path: Path) -> None:
     """An unreachable instance is logged; the other is still abandoned."""
-    after = await saved(tmp_path)
+    after = await restarted_after_snapshot(tmp_path)
     manifest = await check_restorable(after.fan_out, tmp_path)
     await restore_everywhere(after.fan_out, RESTORE_ID, tmp_path, manifest, deadline_ts=FAR)
     after.deployments[B].faults.add("unreachable", times=-1)

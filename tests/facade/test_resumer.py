@@ -10,6 +10,7 @@ from envckpt.clock import FakeClock
 from envckpt.errors import GymCheckpointUnavailable
 from envckpt.facade.resumer import Resumer
 from envckpt.facade.timeouts import CheckpointTimeouts
+from envckpt.gym.instance import GymCheckpointInstance
 
 from helpers.facade_world import E1, E2, A, B, FacadeWorld, LiveCut, take_snapshot
 
@@ -30,6 +31,19 @@ async def prepared(world: FacadeWorld, checkpoint_id: str) -> None:
     """Discover and prepare every instance under ``checkpoint_id`` (a checkpoint is open)."""
     await world.fan_out.require("discover", lambda i: i.discover())
     await world.fan_out.require("prepare", lambda i: i.prepare(checkpoint_id, deadline_ts=FAR))
+
+
+async def failing_resumes(
+    instance: GymCheckpointInstance, server: str, *, times: int, attempts: int
+) -> tuple[FacadeWorld, Resumer]:
+    """A world with ``ck-1`` open everywhere whose ``server`` on ``instance`` is unreachable
+    for its next ``times`` resumes (-1: all), and a resumer trying ``attempts`` times."""
+    world = FacadeWorld()
+    await prepared(world, "ck-1")
+    world.deployments[instance].faults.add(
+        "unreachable", server=server, route="resume", times=times
+    )
+    return world, resumer(world, attempts=attempts)
 
 
 async def test_resume_reopens_every_instance_with_an_open_checkpoint() -> None:
@@ -55,10 +69,7 @@ async def test_resume_skips_instances_whose_state_does_not_allow_it() -> None:
 
 async def test_a_failed_resume_is_retried() -> None:
     """A resume that fails once succeeds on the next round; nothing is left over."""
-    world = FacadeWorld()
-    await prepared(world, "ck-1")
-    world.deployments[B].faults.add("unreachable", server="agent", route="resume", times=1)
-    resume = resumer(world, attempts=3)
+    world, resume = await failing_resumes(B, "agent", times=1, attempts=3)
     await resume.resume("ck-1")
     assert world.all_idle()
     assert resume.unresumed == {}
@@ -67,10 +78,7 @@ async def test_a_failed_resume_is_retried() -> None:
 
 async def test_resume_failing_every_retry_is_remembered_and_raised() -> None:
     """After every attempt failed, the instance and its checkpoint id are remembered."""
-    world = FacadeWorld()
-    await prepared(world, "ck-1")
-    world.deployments[B].faults.add("unreachable", server="agent", route="resume", times=-1)
-    resume = resumer(world, attempts=2)
+    world, resume = await failing_resumes(B, "agent", times=-1, attempts=2)
     with pytest.raises(GymCheckpointUnavailable) as info:
         await resume.resume("ck-1")
     assert info.value.operation == "resume"
@@ -85,10 +93,7 @@ async def test_resume_failing_every_retry_is_remembered_and_raised() -> None:
 
 async def test_zero_resume_attempts_still_tries_once() -> None:
     """resume_attempts below one means one attempt, never none."""
-    world = FacadeWorld()
-    await prepared(world, "ck-1")
-    world.deployments[A].faults.add("unreachable", server="tools", route="resume", times=1)
-    resume = resumer(world, attempts=0)
+    world, resume = await failing_resumes(A, "tools", times=1, attempts=0)
     with pytest.raises(GymCheckpointUnavailable):
         await resume.resume("ck-1")
     assert world.deployments[A].faults.fired == [("unreachable", "tools", "resume")]
@@ -97,10 +102,7 @@ async def test_zero_resume_attempts_still_tries_once() -> None:
 
 async def test_leftovers_are_resumed_with_the_checkpoint_id_they_hold() -> None:
     """resume_leftovers reopens only what an earlier resume missed, under its own id."""
-    world = FacadeWorld()
-    await prepared(world, "ck-1")
-    world.deployments[B].faults.add("unreachable", server="agent", route="resume", times=2)
-    resume = resumer(world, attempts=2)
+    world, resume = await failing_resumes(B, "agent", times=2, attempts=2)
     with pytest.raises(GymCheckpointUnavailable):
         await resume.resume("ck-1")
     # A is prepared again under a new id: not a leftover, so it must stay open.
@@ -127,10 +129,7 @@ async def test_leftovers_with_nothing_left_send_nothing() -> None:
 
 async def test_a_leftover_still_unreachable_stays_remembered() -> None:
     """A leftover whose resume fails again keeps its original checkpoint id."""
-    world = FacadeWorld()
-    await prepared(world, "ck-1")
-    world.deployments[B].faults.add("unreachable", server="agent", route="resume", times=-1)
-    resume = resumer(world, attempts=1)
+    _, resume = await failing_resumes(B, "agent", times=-1, attempts=1)
     with pytest.raises(GymCheckpointUnavailable):
         await resume.resume("ck-1")
     with pytest.raises(GymCheckpointUnavailable):

@@ -21,12 +21,18 @@ from envckpt.errors import (
 )
 from envckpt.extras import MissingExtra
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.instance import GymCheckpointInstance
 
-from helpers.dict_deployment import Deployment, discovered, far, saved_then_restored
+from helpers.dict_deployment import (
+    E1,
+    INSTANCE,
+    Deployment,
+    discovered,
+    far,
+    prepared_with,
+    restore_r1,
+    saved_then_restored,
+)
 
-INSTANCE = GymCheckpointInstance("shard", 0)
-E1 = EnvironmentEpisode("r1", 0)
 E2 = EnvironmentEpisode("r2", 2)
 
 
@@ -140,9 +146,7 @@ async def test_blocked_prepare_moves_to_preparing(tmp_path: Path) -> None:
 async def test_failed_commit_moves_to_failed_and_only_resume_leaves(tmp_path: Path) -> None:
     """A commit failure is remembered as the failed state; resume is the way out."""
     deployment = Deployment()
-    await deployment.start(E1)
-    adapter = await discovered(deployment)
-    await adapter.prepare("c1", deadline_ts=far(deployment))
+    adapter = await prepared_with(deployment, E1)
     deployment.faults.add("error", server="tools", route="commit")
     with pytest.raises(GymCheckpointUnavailable) as info:
         await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
@@ -168,14 +172,7 @@ async def test_restore_refuses_missing_participants(tmp_path: Path) -> None:
     deployment = Deployment()
     adapter = await discovered(deployment)
     with pytest.raises(IncompatibleCheckpoint):
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=("agent", "ghost"),
-            source_checkpoint_id="c1",
-            deadline_ts=far(deployment),
-        )
+        await restore_r1(adapter, deployment, tmp_path, ("agent", "ghost"))
     assert adapter.state == "discovered"
 
 
@@ -184,14 +181,7 @@ async def test_restore_of_missing_state_is_corrupt_and_cleaned_up(tmp_path: Path
     deployment = Deployment()
     adapter = await discovered(deployment)
     with pytest.raises(CorruptCheckpoint):
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=("agent",),
-            source_checkpoint_id="c1",
-            deadline_ts=far(deployment),
-        )
+        await restore_r1(adapter, deployment, tmp_path, ("agent",))
     assert adapter.state == "restore_failed"
     before = deployment.transport.requests
     with capture_logs() as logs:
@@ -209,9 +199,7 @@ async def test_restore_from_wrong_source_is_a_protocol_violation(tmp_path: Path)
     from envckpt.errors import ProtocolViolation
 
     deployment = Deployment()
-    await deployment.start(E1)
-    adapter = await discovered(deployment)
-    await adapter.prepare("c1", deadline_ts=far(deployment))
+    adapter = await prepared_with(deployment, E1)
     await adapter.commit("c1", tmp_path, [E1], deadline_ts=far(deployment))
     await adapter.resume("c1", deadline_ts=far(deployment))
     fresh = deployment.fresh()

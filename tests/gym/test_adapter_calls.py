@@ -29,31 +29,22 @@ from envckpt.errors import (
     UnsupportedDeployment,
 )
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment, discovered, far
+from helpers.dict_deployment import (
+    E1,
+    INSTANCE,
+    Deployment,
+    discovered,
+    far,
+    prepared_with,
+    restore_r1,
+)
 from helpers.sim_server_client import server_client_for
 
-INSTANCE = GymCheckpointInstance("shard", 0)
-E1 = EnvironmentEpisode("r1", 0)
 E2 = EnvironmentEpisode("r2", 2)
 # Nothing listens on the discard port: a client-built adapter's calls fail fast.
 NOWHERE = {"policy_model": "http://127.0.0.1:9"}
-
-
-async def restore_r1(
-    adapter: GymCheckpointAdapter, fresh: Deployment, directory: Path, participants: Any
-) -> None:
-    """Restore c1 (E1, saved by ``saved``) as r1."""
-    await adapter.restore(
-        "r1",
-        directory,
-        [E1],
-        participants=participants,
-        source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
-    )
 
 
 def fired(logs: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
@@ -169,14 +160,7 @@ async def test_refusals_say_what_is_wrong(tmp_path: Path) -> None:
     )
     adapter = await discovered(Deployment())
     with pytest.raises(IncompatibleCheckpoint) as incompatible:
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=("agent", "ghost"),
-            source_checkpoint_id="c1",
-            deadline_ts=far(Deployment()),
-        )
+        await restore_r1(adapter, Deployment(), tmp_path, ("agent", "ghost"))
     assert str(incompatible.value) == (
         "Gym instance 'shard/replica-0' lacks participants the checkpoint saved state for: "
         "['ghost']"
@@ -223,9 +207,7 @@ async def test_every_transition_names_the_checkpoint_it_was_fired_for(tmp_path: 
 async def test_a_failed_commit_and_a_restore_name_their_checkpoints(tmp_path: Path) -> None:
     """fail (in commit), restore, abandon_restore and fail_restore carry the call's id."""
     deployment = Deployment()
-    await deployment.start(E1)
-    adapter = await discovered(deployment)
-    await adapter.prepare("c1", deadline_ts=far(deployment))
+    adapter = await prepared_with(deployment, E1)
     deployment.faults.add("error", server="tools", route="commit")
     with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable):
         await adapter.commit("c1", tmp_path / "failed", [E1], deadline_ts=far(deployment))
@@ -236,14 +218,7 @@ async def test_a_failed_commit_and_a_restore_name_their_checkpoints(tmp_path: Pa
     restored = await discovered(fresh)
     other = await discovered(fresh.fresh())
     with capture_logs() as logs:
-        await restored.restore(
-            "r1",
-            tmp_path / "good",
-            [E1],
-            participants=participants,
-            source_checkpoint_id="c1",
-            deadline_ts=far(fresh),
-        )
+        await restore_r1(restored, fresh, tmp_path / "good", participants)
         await restored.abandon_restore("r1", [E1], deadline_ts=far(fresh))
         with pytest.raises(ProtocolViolation):
             await other.restore(

@@ -26,11 +26,7 @@ from envckpt.gym.summaries import (
 )
 
 from helpers.examples import examples
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
-
+from helpers.participant_doubles import ep
 
 episodes = st.builds(ep, st.sampled_from(("a", "b", "c", "d")), st.integers(0, 2))
 

@@ -63,9 +63,7 @@ def chart_transitions(text: str) -> ReadChart:
         if line.startswith("note "):
             in_note = True
         elif match := _BOX_OPEN.match(line):
-            _place(read, stack, match["key"])
-            read.boxes[match["key"]] = []
-            stack.append(match["key"])
+            _open_box(read, stack, match["key"])
         elif line == "}":
             stack.pop()
         elif match := _STATE.match(line):
@@ -93,9 +91,7 @@ def overlay_transitions(text: str) -> ReadChart:
     for raw in text.splitlines():
         line = raw.strip()
         if match := _SUBGRAPH.match(line):
-            _place(read, stack, match["key"])
-            read.boxes[match["key"]] = []
-            stack.append(match["key"])
+            _open_box(read, stack, match["key"])
         elif line == "end":
             stack.pop()
         elif match := _NODE.match(line):
@@ -126,6 +122,13 @@ def overlay_transitions(text: str) -> ReadChart:
                 read.shared[triple] = [names[other] for other in read.leaves(source)]
                 (read.thick if arrow == "==>" else read.dotted).add(triple)
     return read
+
+
+def _open_box(read: ReadChart, stack: list[str], key: str) -> None:
+    """A composite state (box) ``key`` starts: placed in the open box, then the open one."""
+    _place(read, stack, key)
+    read.boxes[key] = []
+    stack.append(key)
 
 
 def _place(read: ReadChart, stack: list[str], key: str) -> None:

@@ -10,8 +10,9 @@ through a commit and a restore by fresh processes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envckpt.clock import Clock, FakeClock
@@ -23,10 +24,11 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import ParticipantCore
 
-from helpers.participant_doubles import JsonStateHooks
+from helpers.participant_doubles import JsonStateHooks, cores_of
 
 TOKEN = "test-token-5d0e2b7a"
 INSTANCE = GymCheckpointInstance("shard", 0)
+E1 = EnvironmentEpisode("r1", 0)
 
 
 class DictHooks(JsonStateHooks):
@@ -59,13 +61,7 @@ class Deployment:
     http: bool = False
 
     def __post_init__(self) -> None:
-        self.hooks = {name: DictHooks(kind) for name, kind, _ in self.kinds}
-        self.cores = {
-            name: ParticipantCore(
-                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
-            )
-            for name, kind, mode in self.kinds
-        }
+        self.hooks, self.cores = cores_of(self.kinds, DictHooks, self.clock)
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         servers.update({name: None for name in self.non_participants})
         self.loopback = LoopbackHttp(servers, token=TOKEN) if self.http else None
@@ -188,6 +184,16 @@ async def discovered(
     return adapter
 
 
+async def prepared_with(
+    deployment: Deployment, episode: EnvironmentEpisode
+) -> GymCheckpointAdapter:
+    """``episode`` run in ``deployment``, then an adapter discovered and prepared as c1."""
+    await deployment.start(episode)
+    adapter = await discovered(deployment)
+    await adapter.prepare("c1", deadline_ts=far(deployment))
+    return adapter
+
+
 async def saved_then_restored(
     deployment: Deployment, directory: Any, episode: EnvironmentEpisode, *, turn: int = 2
 ) -> tuple[Deployment, GymCheckpointAdapter]:
@@ -199,12 +205,23 @@ async def saved_then_restored(
     await adapter.resume("c1", deadline_ts=far(deployment))
     fresh = deployment.fresh()
     restored = await discovered(fresh)
-    await restored.restore(
+    await restore_r1(restored, fresh, directory, summary.participants, [episode])
+    return fresh, restored
+
+
+async def restore_r1(
+    adapter: GymCheckpointAdapter,
+    deployment: Deployment,
+    directory: str | Path,
+    participants: Iterable[str],
+    episodes: Iterable[EnvironmentEpisode] = (E1,),
+) -> None:
+    """``adapter``'s restore as r1 of what c1 saved of ``episodes`` in ``directory``."""
+    await adapter.restore(
         "r1",
         directory,
-        [episode],
-        participants=summary.participants,
+        episodes,
+        participants=participants,
         source_checkpoint_id="c1",
-        deadline_ts=far(fresh),
+        deadline_ts=far(deployment),
     )
-    return fresh, restored

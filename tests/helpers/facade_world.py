@@ -8,6 +8,7 @@ one fake clock; ``restarted()`` is the same deployments as fresh processes::
     await world.start(A, E1)                    # E1 parked at turn 2 on instance A
     await take_snapshot(world, path)            # a committed, checked, resumed snapshot
     after = world.restarted()                   # fresh processes, same inventory
+    # or both at once: after = await restarted_after_snapshot(path, (A, E1))
     async with after.facade.restored(path) as restored: ...
 """
 
@@ -116,3 +117,15 @@ async def take_snapshot(world: FacadeWorld, path: Path) -> None:
     async with world.facade.snapshot(path) as snap:
         assert snap is not None
         await snap.check_against_cut(LiveCut())
+
+
+async def restarted_after_snapshot(
+    path: Path, *started: tuple[GymCheckpointInstance, EnvironmentEpisode]
+) -> FacadeWorld:
+    """A snapshot in ``path`` of each (instance, episode) started (r1 on A and r2 on B when
+    none is named); returns fresh processes of that world."""
+    world = FacadeWorld()
+    for instance, episode in started or ((A, E1), (B, E2)):
+        await world.start(instance, episode)
+    await take_snapshot(world, path)
+    return world.restarted()

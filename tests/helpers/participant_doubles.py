@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from envckpt.clock import FakeClock
+from envckpt.clock import Clock, FakeClock
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.faults import FaultPlan
 from envckpt.coordination.inprocess import InProcessTransport
@@ -30,6 +30,7 @@ from envckpt.participant.hooks import SessionHooks
 
 TOKEN = "secret-token"
 START = 1_800_000_000.0
+H = TypeVar("H", bound="JsonStateHooks")
 
 
 def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
@@ -149,11 +150,7 @@ class Turn:
     async def start(cls, core: ParticipantCore, episode: EnvironmentEpisode) -> Turn:
         turn = cls(core, episode)
         turn.task = asyncio.create_task(turn._run())
-        entered = asyncio.create_task(turn.entered.wait())
-        await asyncio.wait({turn.task, entered}, return_when=asyncio.FIRST_COMPLETED)
-        entered.cancel()
-        if turn.task.done():
-            turn.task.result()  # raises the admission error
+        await run_until(turn.task, turn.entered)
         return turn
 
     async def _run(self) -> None:
@@ -165,6 +162,16 @@ class Turn:
         self.release.set()
         assert self.task is not None
         await self.task
+
+
+async def run_until(task: asyncio.Task[None], reached: asyncio.Event) -> None:
+    """Wait until ``task`` sets ``reached``; if it ended first, raise its error (the admission
+    refused)."""
+    waiting = asyncio.create_task(reached.wait())
+    await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()
 
 
 async def run_turn(
@@ -192,17 +199,14 @@ class Sent:
     body: Mapping[str, Any] | None
     timeout: float
     connect_tries: int
+    authorization: str | None = None
 
 
-class RecordingTransport:
-    """Wraps a transport and records every request (order, body, timeout)."""
-
-    def __init__(self, inner: InProcessTransport) -> None:
-        self.inner = inner
-        self.sent: list[Sent] = []
+class TransportDouble:
+    """A ``ControlTransport`` for tests: each request, as a ``Sent``, goes to ``answer``."""
 
     def server_names(self) -> tuple[str, ...]:
-        return self.inner.server_names()
+        raise NotImplementedError
 
     async def request(
         self,
@@ -213,10 +217,35 @@ class RecordingTransport:
         *,
         timeout: float,
         connect_tries: int = 1,
+        authorization: str | None = None,
     ) -> ControlReply:
-        self.sent.append(Sent(server, method, route, body, timeout, connect_tries))
+        sent = Sent(server, method, route, body, timeout, connect_tries, authorization)
+        return await self.answer(sent)
+
+    async def answer(self, sent: Sent) -> ControlReply:
+        raise NotImplementedError
+
+
+class RecordingTransport(TransportDouble):
+    """Wraps a transport and records every request (order, body, timeout)."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self.inner = inner
+        self.sent: list[Sent] = []
+
+    def server_names(self) -> tuple[str, ...]:
+        return self.inner.server_names()
+
+    async def answer(self, sent: Sent) -> ControlReply:
+        self.sent.append(sent)
         return await self.inner.request(
-            server, method, route, body, timeout=timeout, connect_tries=connect_tries
+            sent.server,
+            sent.method,
+            sent.route,
+            sent.body,
+            timeout=sent.timeout,
+            connect_tries=sent.connect_tries,
+            authorization=sent.authorization,
         )
 
     def servers_of(self, route: str) -> list[str]:
@@ -232,6 +261,20 @@ DEFAULT_KINDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def cores_of(
+    kinds: Iterable[tuple[str, str, str]], hooks: Callable[[str], H], clock: Clock
+) -> tuple[dict[str, H], dict[str, ParticipantCore]]:
+    """One core per (server name, kind, mode) on ``clock``, each over its own ``hooks(kind)``:
+    the hooks and the cores, by server name."""
+    kinds = tuple(kinds)
+    held = {name: hooks(kind) for name, kind, _ in kinds}
+    cores = {
+        name: ParticipantCore(server_name=name, kind=kind, mode=mode, hooks=held[name], clock=clock)
+        for name, kind, mode in kinds
+    }
+    return held, cores
+
+
 @dataclass
 class Cluster:
     """Cores of several kinds, a non-participant judge, one coordinator."""
@@ -241,13 +284,7 @@ class Cluster:
     faults: FaultPlan = field(default_factory=FaultPlan)
 
     def __post_init__(self) -> None:
-        self.hooks = {name: JsonStateHooks(kind) for name, kind, _ in self.kinds}
-        self.cores = {
-            name: ParticipantCore(
-                server_name=name, kind=kind, mode=mode, hooks=self.hooks[name], clock=self.clock
-            )
-            for name, kind, mode in self.kinds
-        }
+        self.hooks, self.cores = cores_of(self.kinds, JsonStateHooks, self.clock)
         servers: dict[str, ParticipantCore | None] = dict(self.cores)
         servers["judge"] = None
         self.inner = InProcessTransport(servers, token=TOKEN, faults=self.faults)

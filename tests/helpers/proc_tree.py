@@ -2,12 +2,18 @@
 
 tree = descendants(pid)            # every pid below ``pid`` now (children first found)
 alive(tree)                        # those still running (zombies count as gone)
+wait_gone(tree, 5.0)               # those still running after up to 5 s of waiting
+outliving(process, tree, 5.0)      # SIGKILL ``process`` alone: which of ``tree`` outlive it
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 PROC = Path("/proc")
 
@@ -54,6 +60,22 @@ def alive(pids: set[int]) -> set[int]:
         if stat is not None and stat[0] not in ("Z", "X"):
             living.add(pid)
     return living
+
+
+def wait_gone(pids: set[int], seconds: float) -> set[int]:
+    """Wait up to ``seconds`` for every one of ``pids`` to end; the ones still running."""
+    give_up = time.monotonic() + seconds
+    while alive(pids) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    return alive(pids)
+
+
+def outliving(process: subprocess.Popen[Any], tree: set[int], seconds: float) -> set[int]:
+    """SIGKILL ``process`` alone (not its group) and reap it; those of ``tree`` still running
+    ``seconds`` later."""
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    return wait_gone(tree, seconds)
 
 
 def command(pid: int) -> str:

@@ -4,7 +4,8 @@
 ``SimulatedGym`` deployments (tool latency keeps rollouts mid-flight), the
 facade over them, the barrier, ledger, SQLite data plane, result store and a
 snapshotter; ``fresh()`` starts with empty trainer state, ``restore()`` from
-the newest usable snapshot.
+the newest usable snapshot. ``dispatched_r1`` is the trainer state alone: a
+data plane, its ledger and barrier, with one rollout sent.
 """
 
 from __future__ import annotations
@@ -41,6 +42,21 @@ from envckpt.trainer.snapshotter import RolloutSnapshotter
 SEED = 3
 TURNS = 10
 PARTICIPANTS = ((MODEL_SERVER, "model"), (AGENT_SERVER, "agent"), (RESOURCES_SERVER, "resources"))
+
+
+@contextlib.asynccontextmanager
+async def dispatched_r1(
+    path: Path,
+) -> AsyncIterator[tuple[DataPlaneBarrier, SqliteDataPlane, RecoveryLedger]]:
+    """A SQLite data plane at ``path``, a ledger over it and a barrier, with r1 reserved on
+    shard/replica-0 and dispatched; the plane is closed on leaving."""
+    barrier = DataPlaneBarrier()
+    with SqliteDataPlane(path) as plane:
+        ledger = RecoveryLedger(data_plane=plane)
+        async with barrier.mutation() as cut:
+            ledger.reserve(cut, "r1", "shard/replica-0")
+            ledger.dispatch(cut, "r1")
+        yield barrier, plane, ledger
 
 
 class LateSink:

@@ -83,6 +83,12 @@ def rewrite_manifest(root: Path, **changes: Any) -> None:
     path.write_text(json.dumps(body))
 
 
+def move_behind_symlink(path: Path, target: Path) -> None:
+    """Move the file at ``path`` to ``target`` and leave a symbolic link to it in its place."""
+    path.rename(target)
+    path.symlink_to(target)
+
+
 def rewrite_records(root: Path, data: bytes, count: int) -> Manifest:
     """Replace the records with ``data`` and a matching manifest (digest and count right)."""
     directory = pdir(root)

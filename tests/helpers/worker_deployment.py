@@ -15,10 +15,8 @@ confined to ``tmp``, stopped with SIGTERM.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,8 @@ import httpx
 
 from envckpt.http.workers import Registration, WorkerDirectory, owner_slot
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
+
+from helpers.server_process import stop, wait_ready
 
 TOKEN = "worker-deployment-token-5f1c"
 READY_SECONDS = 240.0
@@ -108,26 +108,13 @@ class WorkerDeployment:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         deployment = None
         try:
-            give_up = time.monotonic() + READY_SECONDS
-            while not ready.exists():
-                if process.poll() is not None:
-                    raise RuntimeError(f"server exited: {log.name}")
-                if time.monotonic() > give_up:
-                    raise RuntimeError(f"not ready in {READY_SECONDS:g} s")
-                time.sleep(0.05)
-            urls = json.loads(ready.read_text())
+            urls = wait_ready(ready, process, seconds=READY_SECONDS, log=Path(log.name))
             deployment = cls(process, urls, worker_dir / "servers", workers)
             yield deployment
         finally:
             if deployment is not None:
                 deployment.close()
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(10)
+            stop(process, seconds=30)
             log.close()
             shutil.rmtree(worker_dir, ignore_errors=True)
 

@@ -19,7 +19,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -27,6 +26,7 @@ from fastapi import FastAPI
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.http.apps import new_app
+from envckpt.http.closing import AsyncCloseable
 from envckpt.http.workers import WorkerGroup, mount_worker_participant, owner_slot
 from envckpt.http.workers.slots import Registration, WorkerDirectory
 from envckpt.sim.data_routes import tool_router
@@ -46,7 +46,7 @@ def body(checkpoint_id: str, seconds: float = 30.0, **fields: Any) -> dict[str, 
     return {"checkpoint_id": checkpoint_id, "deadline_ts": time.time() + seconds, **fields}
 
 
-class Workers:
+class Workers(AsyncCloseable):
     """``count`` workers of one tool server, sharing a worker directory under /tmp."""
 
     def __init__(
@@ -67,12 +67,8 @@ class Workers:
             await self.add()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """Stop every worker's group and remove the group directory."""
         for worker in self.workers:
             await worker.group.stop()
         shutil.rmtree(self.path, ignore_errors=True)

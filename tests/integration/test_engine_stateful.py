@@ -63,6 +63,7 @@ from envckpt.inventory import InMemoryInventory
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
 from helpers.dict_deployment import Deployment, LoopbackHttp
+from helpers.facade_world import LiveCut
 from model_check.oracle import operation_legal
 
 settings.register_profile(
@@ -129,17 +130,6 @@ async def _drain() -> None:
 
 class TrainerFailure(Exception):
     """The trainer's own code raised inside a snapshot or restored context."""
-
-
-class Cut:
-    """A mutation cut that is live until closed."""
-
-    def __init__(self) -> None:
-        self.live = True
-
-    def require_live(self) -> None:
-        if not self.live:
-            raise RuntimeError("cut expired")
 
 
 @dataclass(frozen=True)
@@ -491,9 +481,9 @@ class EngineMachine(RuleBasedStateMachine):
                     assert self._requests() == before
                 if trainer_raise == "before_cut":
                     raise TrainerFailure("before the cut")
-                await snap.check_against_cut(Cut())
+                await snap.check_against_cut(LiveCut())
                 with pytest.raises(IllegalTransition):
-                    await snap.check_against_cut(Cut())
+                    await snap.check_against_cut(LiveCut())
                 if trainer_raise == "after_cut":
                     raise TrainerFailure("after the cut")
                 # Publish (rl-recovery step 5) before leaving the context.
@@ -921,7 +911,7 @@ async def test_snapshot_after_a_failed_resume_is_retryable(tmp_path: Path) -> No
     with pytest.raises(GymCheckpointUnavailable):
         async with facade.snapshot(tmp_path / "one") as snap:
             assert snap is not None
-            await snap.check_against_cut(Cut())
+            await snap.check_against_cut(LiveCut())
     clock.advance(10_000)  # past the lease: the agent resumes itself
     assert (await deployment.cores["agent"].status())["phase"] == "idle"
     async with facade.snapshot(tmp_path / "two") as snap:
@@ -939,7 +929,7 @@ async def test_failed_cleanup_retire_still_drops_the_restore(tmp_path: Path) -> 
     facade = _one_instance(clock, deployment, inventory)
     async with facade.snapshot(tmp_path) as snap:
         assert snap is not None
-        await snap.check_against_cut(Cut())
+        await snap.check_against_cut(LiveCut())
     after = deployment.fresh()
     after.faults.add("unreachable", server="agent", route="retire")
     with pytest.raises(TrainerFailure):

@@ -28,14 +28,19 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, IllegalTransition
 from envckpt.facade.manifest import MANIFEST_NAME
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, saved_then_restored
+from helpers.dict_deployment import (
+    E1,
+    Deployment,
+    LoopbackHttp,
+    discovered,
+    far,
+    restore_r1,
+    saved_then_restored,
+)
 from helpers.facade_world import A, B, FacadeWorld
 
-INSTANCE = GymCheckpointInstance("shard", 0)
-E1 = EnvironmentEpisode("r1", 0)
 STALE = EnvironmentEpisode("old", 0)
 
 
@@ -175,14 +180,7 @@ async def test_a_restore_refused_by_every_participant_is_abandoned(tmp_path: Pat
     deployment = Deployment(http=True)
     adapter = await discovered(deployment)
     with capture_logs() as logs, pytest.raises(CorruptCheckpoint):
-        await adapter.restore(
-            "r1",
-            tmp_path,
-            [E1],
-            participants=("agent",),
-            source_checkpoint_id="c1",
-            deadline_ts=far(deployment),
-        )
+        await restore_r1(adapter, deployment, tmp_path, ("agent",))
     assert lifecycle(logs) == [("discovered", "fail_restore", "restore_failed")]
     await adapter.abandon_restore("r1", [E1], deadline_ts=far(deployment))
     assert adapter.state == "resumed" and all_idle_and_open(deployment)

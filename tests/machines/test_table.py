@@ -150,23 +150,16 @@ def test_terminal_states_must_be_states() -> None:
 
 def test_groups_must_name_states_and_are_found_by_name() -> None:
     """A group names declared states only, and group() returns its states."""
-    with pytest.raises(ValueError, match="group g names unknown states"):
-        MachineTable(
-            name="t",
-            title="T",
-            states=STATES,
-            initial="a",
-            rows=(),
-            groups=(StateGroup("g", frozenset({"a", "z"})),),
+
+    def grouping(*states: str) -> MachineTable:
+        group = StateGroup("g", frozenset(states))
+        return MachineTable(
+            name="t", title="T", states=STATES, initial="a", rows=(), groups=(group,)
         )
-    grouped = MachineTable(
-        name="t",
-        title="T",
-        states=STATES,
-        initial="a",
-        rows=(),
-        groups=(StateGroup("g", frozenset({"a", "b"})),),
-    )
+
+    with pytest.raises(ValueError, match="group g names unknown states"):
+        grouping("a", "z")
+    grouped = grouping("a", "b")
     assert grouped.group("g") == {"a", "b"}
     assert "a" in grouped.groups[0] and "c" not in grouped.groups[0]
     with pytest.raises(KeyError):

@@ -31,6 +31,7 @@ from typing import Any
 from envckpt.coordination.inprocess import InProcessTransport
 from envckpt.coordination.transport import ControlReply, TransportFailure
 
+from helpers.participant_doubles import Sent, TransportDouble
 from model_check.clock import ExplorerClock
 
 DELIVER = "deliver"
@@ -88,7 +89,7 @@ class Gates:
         self.items.clear()
 
 
-class GatedTransport:
+class GatedTransport(TransportDouble):
     """``ControlTransport``: the inner in-process transport, one explorer decision per call."""
 
     def __init__(
@@ -112,17 +113,9 @@ class GatedTransport:
     def server_names(self) -> tuple[str, ...]:
         return self.inner.server_names()
 
-    async def request(
-        self,
-        server: str,
-        method: str,
-        route: str,
-        body: Mapping[str, Any] | None,
-        *,
-        timeout: float,
-        connect_tries: int = 1,
-        authorization: str | None = None,
-    ) -> ControlReply:
+    async def answer(self, sent: Sent) -> ControlReply:
+        server, method, route, body = sent.server, sent.method, sent.route, sent.body
+        timeout, connect_tries, authorization = sent.timeout, sent.connect_tries, sent.authorization
         self.requests += 1
         if route in self._ungated:
             return await self.inner.request(server, method, route, body, timeout=timeout)

@@ -18,6 +18,7 @@ from resources_servers.example_session_state_mgmt.app import StatefulCounterReso
 from envckpt.nemo_gym.adapters import BlackjackSessions, CounterSessions, MultiTurnSessions
 from envckpt.nemo_gym.sessions import session_checkpoint_for
 
+from helpers.nemo_gym_responses import EMPTY_RESPONSE
 from helpers.nemo_gym_servers import build
 
 
@@ -72,18 +73,7 @@ async def test_multi_turn_round_trip() -> None:
     metadata = {"follow_ups": ["first", "second"], "expected_answer": "x"}
     from nemo_gym.openai_utils import NeMoGymResponse
 
-    action = NeMoGymResponse.model_validate(
-        {
-            "id": "r",
-            "created_at": 0,
-            "model": "m",
-            "object": "response",
-            "output": [],
-            "parallel_tool_calls": True,
-            "tool_choice": "auto",
-            "tools": [],
-        }
-    )
+    action = NeMoGymResponse.model_validate(EMPTY_RESPONSE)
     assert (await target.step(action, metadata, "sid"))[0] == "second"
     with pytest.raises(ValueError):
         MultiTurnSessions(target).validate_session({"turns": -1})

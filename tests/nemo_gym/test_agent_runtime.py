@@ -85,14 +85,22 @@ def runtime(recipe: Any) -> AgentRuntime:
     )
 
 
-async def test_a_run_parks_at_a_boundary_and_continues_after_resume() -> None:
-    """Closing admission mid-turn lets the turn finish, then the run waits; resume finishes it."""
+async def a_run_inside_its_first_turn() -> tuple[
+    CountingRecipe, AgentRuntime, asyncio.Task[dict[str, Any]]
+]:
+    """A counting run of BODY started and held inside its first turn (the gate closed)."""
     recipe = CountingRecipe()
     agent = runtime(recipe)
     recipe.gate.clear()
     running = asyncio.create_task(agent.run(dict(BODY)))
     while recipe.turns_started < 1:
         await asyncio.sleep(0.01)
+    return recipe, agent, running
+
+
+async def test_a_run_parks_at_a_boundary_and_continues_after_resume() -> None:
+    """Closing admission mid-turn lets the turn finish, then the run waits; resume finishes it."""
+    recipe, agent, running = await a_run_inside_its_first_turn()
     cid = mint_checkpoint_id("p")
     preparing = asyncio.create_task(agent.core.prepare(cid, deadline_ts=deadline()))
     await asyncio.sleep(0.05)
@@ -134,12 +142,7 @@ async def test_a_restored_run_continues_as_the_next_attempt() -> None:
 
 async def test_retire_stops_a_running_attempt() -> None:
     """A retired attempt's run is cancelled and answered stale_attempt; its state is gone."""
-    recipe = CountingRecipe()
-    agent = runtime(recipe)
-    recipe.gate.clear()
-    running = asyncio.create_task(agent.run(dict(BODY)))
-    while recipe.turns_started < 1:
-        await asyncio.sleep(0.01)
+    _, agent, running = await a_run_inside_its_first_turn()
     await agent.core.retire(
         mint_checkpoint_id("r"), deadline_ts=deadline(), episode_ids=[EnvironmentEpisode("r1", 0)]
     )
@@ -151,12 +154,7 @@ async def test_retire_stops_a_running_attempt() -> None:
 
 async def test_two_runs_of_one_attempt_are_refused() -> None:
     """A second /run of an attempt already running is invalid; a task change too."""
-    recipe = CountingRecipe()
-    agent = runtime(recipe)
-    recipe.gate.clear()
-    running = asyncio.create_task(agent.run(dict(BODY)))
-    while recipe.turns_started < 1:
-        await asyncio.sleep(0.01)
+    recipe, agent, running = await a_run_inside_its_first_turn()
     with pytest.raises(ParticipantError, match="already running"):
         await agent.run(dict(BODY))
     with pytest.raises(ParticipantError, match="another task"):

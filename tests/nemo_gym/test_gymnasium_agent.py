@@ -13,14 +13,7 @@ pytest.importorskip("responses_api_agents.gymnasium_agent.app")
 from envckpt.nemo_gym import examples
 
 from helpers.nemo_gym_deployment import AGENTS
-
-
-def without_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: without_ids(v) for k, v in value.items() if k not in ("id", "created_at")}
-    if isinstance(value, list):
-        return [without_ids(v) for v in value]
-    return value
+from helpers.nemo_gym_responses import without_ids
 
 
 async def test_checkpointable_run_matches_nemo_gyms_own(shared_deployment: Any) -> None:

@@ -29,7 +29,7 @@ from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.event_log import read_events
 
-from helpers.proc_tree import alive, command, descendants
+from helpers.proc_tree import alive, command, descendants, outliving
 
 GONE_SECONDS = 5.0  # the promise: nothing a SIGKILLed trainer started outlives it longer
 
@@ -377,12 +377,7 @@ def test_sigkill_of_the_trainer_alone_leaves_no_process(tmp_path: Path) -> None:
             time.sleep(0.05)
         tree = descendants(job.pid)
         assert len(tree) >= 5, [command(pid) for pid in tree]  # 4 servers, forkserver, ...
-        os.kill(job.pid, signal.SIGKILL)  # the trainer alone, not its group
-        job.wait()
-        gone_by = time.monotonic() + GONE_SECONDS
-        while alive(tree) and time.monotonic() < gone_by:
-            time.sleep(0.05)
-        left = alive(tree)
+        left = outliving(job, tree, GONE_SECONDS)  # the trainer alone, not its group
         assert not left, [command(pid) for pid in left]
     finally:
         with contextlib.suppress(ProcessLookupError):

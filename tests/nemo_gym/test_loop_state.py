@@ -16,16 +16,7 @@ from envckpt.nemo_gym.loop_state import (
     user_message,
 )
 
-RESPONSE = {
-    "id": "r",
-    "created_at": 0,
-    "model": "m",
-    "object": "response",
-    "output": [],
-    "parallel_tool_calls": True,
-    "tool_choice": "auto",
-    "tools": [],
-}
+from helpers.nemo_gym_responses import EMPTY_RESPONSE
 
 
 def test_a_string_input_becomes_one_user_message() -> None:
@@ -56,7 +47,7 @@ def test_final_response_carries_every_output() -> None:
         {"type": "function_call_output", "call_id": "c", "output": "o"},
         user_message("next"),
     ]
-    final = response_with_output(RESPONSE, outputs, None)
+    final = response_with_output(EMPTY_RESPONSE, outputs, None)
     assert [type(item).__name__ for item in final.output] == [
         "NeMoGymFunctionCallOutput",
         "NeMoGymEasyInputMessage",

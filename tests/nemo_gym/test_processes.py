@@ -17,7 +17,7 @@ from envckpt.nemo_gym.launcher import free_port
 from envckpt.nemo_gym.processes import start_server
 from envckpt.nemo_gym.readiness import read_ready_file
 
-from helpers.proc_tree import alive, command, descendants
+from helpers.proc_tree import alive, command, descendants, outliving
 
 
 @pytest.mark.parametrize("preload", [False, True])
@@ -95,12 +95,7 @@ def test_sigkill_of_the_launcher_alone_leaves_no_process(tmp_path: Path, preload
         if preload:  # the forkserver and the resource tracker are in the tree too
             helpers = {"forkserver", "resource_tracker"}
             assert all(any(h in command(pid) for pid in started) for h in helpers)
-        os.kill(launcher.pid, signal.SIGKILL)
-        launcher.wait()
-        give_up = time.monotonic() + GONE_SECONDS
-        while alive(started) and time.monotonic() < give_up:
-            time.sleep(0.05)
-        left = alive(started)
+        left = outliving(launcher, started, GONE_SECONDS)
         assert not left, [command(pid) for pid in left]
     finally:
         for pid in alive(started | {launcher.pid}):

@@ -33,23 +33,27 @@ from envckpt.nemo_gym.resources import APPLICATION_HEADER, SavedSession
 from envckpt.nemo_gym.settings import CONFIG_BLOCK
 
 from helpers.http_deployment import TOKEN
+from helpers.nemo_gym_responses import EMPTY_RESPONSE
 from helpers.nemo_gym_servers import global_config, hosted
 
 PARAMS = {"input": [{"role": "user", "content": "add 2"}]}
-RESPONSE = {
-    "id": "resp_1",
-    "created_at": 0,
-    "model": "m",
-    "object": "response",
-    "output": [],
-    "parallel_tool_calls": True,
-    "tool_choice": "auto",
-    "tools": [],
-}
 
 
 def deadline() -> float:
     return time.time() + 30
+
+
+async def restored_in(
+    server: Any, directory: Path, episode: EnvironmentEpisode, prefix: str
+) -> dict[str, Any]:
+    """``server``'s restore of ``episode`` from ``directory`` under a fresh ``prefix`` id."""
+    reply: dict[str, Any] = await server.envckpt.core.restore(
+        mint_checkpoint_id(prefix),
+        deadline_ts=deadline(),
+        checkpoint_dir=str(directory),
+        episode_ids=[episode],
+    )
+    return reply
 
 
 def counter(**extra: Any) -> tuple[Any, Any]:
@@ -105,7 +109,7 @@ async def test_verify_ends_the_session_and_the_rollout_can_be_forgotten() -> Non
     core = server.envckpt.core
     async with serve(app) as url, httpx.AsyncClient() as client:
         await seed(client, url, "r1")
-        body = {"responses_create_params": PARAMS, "response": RESPONSE, "expected_count": 3}
+        body = {"responses_create_params": PARAMS, "response": EMPTY_RESPONSE, "expected_count": 3}
         verified = await client.post(f"{url}/ng-rollout/r1/verify", json=body)
         assert verified.json()["reward"] == 1.0
         assert server.envckpt.live_episodes() == frozenset()
@@ -150,12 +154,7 @@ async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_p
         )
         assert reply["episode_ids"] == ["r1"]
     second, second_app = counter()
-    restored = await second.envckpt.core.restore(
-        mint_checkpoint_id("restore"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(second, tmp_path, episode, "restore")
     assert restored["restored"] == ["r1-a1"]
     assert list(second.session_id_to_counter.values()) == [5]
     await second.envckpt.core.resume(restored["checkpoint_id"], deadline_ts=deadline())
@@ -163,7 +162,7 @@ async def test_commit_then_restore_in_a_fresh_server_continues_the_session(tmp_p
         reply = await client.post(f"{url}/increment_counter", json={"count": 1})
         assert reply.status_code == 200
         assert list(second.session_id_to_counter.values()) == [6]
-        body = {"responses_create_params": PARAMS, "response": RESPONSE, "expected_count": 6}
+        body = {"responses_create_params": PARAMS, "response": EMPTY_RESPONSE, "expected_count": 6}
         assert (await client.post(f"{url}/ng-rollout/r1-a1/verify", json=body)).json()[
             "reward"
         ] == 1.0
@@ -227,7 +226,7 @@ async def test_a_terminated_gymnasium_step_ends_the_session() -> None:
     async with serve(app) as url, httpx.AsyncClient() as client:
         assert (await client.post(f"{url}/ng-rollout/r1/reset", json=body)).status_code == 200
         assert server.envckpt.live_episodes() == {EnvironmentEpisode("r1", 0)}
-        step = await client.post(f"{url}/step", json={**body, "response": RESPONSE})
+        step = await client.post(f"{url}/step", json={**body, "response": EMPTY_RESPONSE})
         assert step.json()["terminated"] is True
         assert server.envckpt.live_episodes() == frozenset()
 
@@ -257,7 +256,7 @@ async def test_a_blackjack_hand_continues_with_the_same_cards_after_restore(tmp_
     from resources_servers.blackjack.app import BlackjackEnv
 
     hit = {
-        **RESPONSE,
+        **EMPTY_RESPONSE,
         "output": [
             {
                 "type": "message",
@@ -282,12 +281,7 @@ async def test_a_blackjack_hand_continues_with_the_same_cards_after_restore(tmp_
         await first.envckpt.core.resume(cid, deadline_ts=deadline())
         original = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
     second, second_app = hosted(BlackjackEnv, "blackjack")
-    restored = await second.envckpt.core.restore(
-        mint_checkpoint_id("r"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(second, tmp_path, episode, "r")
     await second.envckpt.core.resume(restored["checkpoint_id"], deadline_ts=deadline())
     async with serve(second_app) as url, httpx.AsyncClient(cookies=cookies) as client:
         again = [(await client.post(f"{url}/step", json={**body, "response": hit})).json()]
@@ -378,12 +372,7 @@ async def test_with_gyms_setting_a_nan_is_written_and_restored(tmp_path: Path) -
     (records,) = tmp_path.rglob("records-*.jsonl")
     assert b"NaN" in records.read_bytes()
     fresh, _ = tables("gym")
-    restored = await fresh.envckpt.core.restore(
-        mint_checkpoint_id("r"),
-        deadline_ts=deadline(),
-        checkpoint_dir=str(tmp_path),
-        episode_ids=[episode],
-    )
+    restored = await restored_in(fresh, tmp_path, episode, "r")
     assert restored["restored"] == ["r1-a1"]
     (prices,) = fresh.prices.values()
     assert prices[0] == 1.5 and prices[1] != prices[1]

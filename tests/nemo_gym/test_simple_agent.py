@@ -15,17 +15,9 @@ from envckpt.ids import mint_checkpoint_id
 from envckpt.nemo_gym import examples
 
 from helpers.http_deployment import TOKEN
+from helpers.nemo_gym_responses import without_ids
 
 CONTROL = "/ng-control/v1/checkpoint"
-
-
-def without_ids(value: Any) -> Any:
-    """A response with its random ids removed (messages and responses get fresh uuids)."""
-    if isinstance(value, dict):
-        return {k: without_ids(v) for k, v in value.items() if k not in ("id", "created_at")}
-    if isinstance(value, list):
-        return [without_ids(v) for v in value]
-    return value
 
 
 async def run(

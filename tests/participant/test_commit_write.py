@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,13 @@ import pytest
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant import store
-from envckpt.participant.commit_write import CommitWrite, export_and_write, hand_over
+from envckpt.participant.commit_write import (
+    CommitWrite,
+    Publisher,
+    export_and_write,
+    hand_over,
+    write_here,
+)
 from envckpt.participant.json_state import NonFinite, UnencodableState
 from envckpt.protocol import Kind
 
@@ -26,18 +33,18 @@ class RawStates(JsonStateHooks):
         return state
 
 
-async def _write(
+def _start(
+    write: CommitWrite,
     hooks: JsonStateHooks,
     directory: Path,
     *,
     scope: tuple[EnvironmentEpisode, ...] | None = None,
-    before_publish: list[Any] | None = None,
+    before_publish: list[Callable[[], None]] | None = None,
     current: Any = None,
-    aborted: bool = False,
     non_finite: NonFinite = NonFinite.REFUSE,
-) -> dict[str, Any]:
-    write = CommitWrite("c1", (str(directory), None, False))
-    write.aborted = aborted
+    publish: Publisher = write_here,
+) -> None:
+    """Start ``write`` exporting the agent's held states to ``directory``."""
     write.start(
         export_and_write(
             write,
@@ -50,8 +57,21 @@ async def _write(
             before_publish=before_publish or [],
             server="tools",
             non_finite=non_finite,
+            publish=publish,
         )
     )
+
+
+async def _write(
+    hooks: JsonStateHooks,
+    directory: Path,
+    *,
+    aborted: bool = False,
+    **options: Any,
+) -> dict[str, Any]:
+    write = CommitWrite("c1", (str(directory), None, False))
+    write.aborted = aborted
+    _start(write, hooks, directory, **options)
     return await write.task
 
 
@@ -166,18 +186,7 @@ async def test_a_write_stopped_before_its_manifest_is_stale_and_unpublished(
     def abort_now() -> None:
         write.aborted = True
 
-    write.start(
-        export_and_write(
-            write,
-            hooks=hooks,
-            kind=Kind.AGENT,
-            instance="agent",
-            checkpoint_dir=tmp_path,
-            scope=None,
-            current=frozenset,
-            before_publish=[abort_now],
-        )
-    )
+    _start(write, hooks, tmp_path, before_publish=[abort_now])
     with pytest.raises(ParticipantError) as caught:
         await write.task
     assert caught.value.code == "stale_checkpoint"
@@ -215,19 +224,7 @@ async def test_hand_over_writes_nothing_and_returns_the_encoded_records(tmp_path
     hooks.states[ep("r2")] = {"n": 2}
     hooks.states[ep("r1", 1)] = {"n": 1}
     write = CommitWrite("c1", (str(tmp_path), None, False))
-    write.start(
-        export_and_write(
-            write,
-            hooks=hooks,
-            kind=Kind.AGENT,
-            instance="agent",
-            checkpoint_dir=tmp_path,
-            scope=None,
-            current=frozenset,
-            before_publish=[],
-            publish=hand_over,
-        )
-    )
+    _start(write, hooks, tmp_path, publish=hand_over)
     reply = await write.task
     assert "manifest" not in reply and reply["episode_ids"] == ["r1-a1", "r2"]
     assert [key for key, _ in reply["records"]] == ["r1-a1", "r2"]
@@ -247,19 +244,7 @@ async def test_an_aborted_hand_over_is_stale() -> None:
     def abort() -> None:
         write.aborted = True
 
-    write.start(
-        export_and_write(
-            write,
-            hooks=hooks,
-            kind=Kind.AGENT,
-            instance="agent",
-            checkpoint_dir=Path("/nowhere"),
-            scope=None,
-            current=frozenset,
-            before_publish=[abort],
-            publish=hand_over,
-        )
-    )
+    _start(write, hooks, Path("/nowhere"), before_publish=[abort], publish=hand_over)
     with pytest.raises(ParticipantError) as refused:
         await write.task
     assert refused.value.code == "stale_checkpoint"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,21 @@ def blocking_hook() -> tuple[threading.Event, threading.Event, Any]:
             assert release.wait(10), "test never released the write"
 
     return entered, release, hook
+
+
+async def prepared_with_a_blocked_write(
+    core: ParticipantCore, hooks: JsonStateHooks
+) -> tuple[threading.Event, threading.Event]:
+    """A prepared core whose next write stops before publishing until ``release`` is set."""
+    await prepared_core(core, hooks)
+    entered, release, hook = blocking_hook()
+    core.before_publish.append(hook)
+    return entered, release
+
+
+def manifest_in(directory: Path) -> Path:
+    """Where the agent's manifest stands once a commit to ``directory`` is published."""
+    return store.participant_dir(directory, "agent", "agent") / store.MANIFEST_NAME
 
 
 async def until(flag: threading.Event) -> None:
@@ -577,13 +593,11 @@ async def test_commit_past_its_deadline_keeps_writing_and_a_retry_collects_it(
     core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
 ) -> None:
     """A commit past its deadline fails deadline_exceeded; the retry returns that write."""
-    await prepared_core(core, hooks)
-    entered, release, hook = blocking_hook()
-    core.before_publish.append(hook)
+    entered, release = await prepared_with_a_blocked_write(core, hooks)
     args: dict[str, Any] = {"checkpoint_dir": str(tmp_path), "episode_ids": None}
     await refused("deadline_exceeded", core.commit("c1", deadline_ts=START, **args))
     await until(entered)
-    manifest = store.participant_dir(tmp_path, "agent", "agent") / store.MANIFEST_NAME
+    manifest = manifest_in(tmp_path)
     assert not manifest.exists()
     assert core.phase == "prepared"
     release.set()
@@ -636,19 +650,35 @@ async def committed_dir(tmp_path: Path, clock: FakeClock, cid: str = "src-1") ->
     return tmp_path
 
 
+async def published_and_fresh(
+    tmp_path: Path, clock: FakeClock
+) -> tuple[str, JsonStateHooks, ParticipantCore]:
+    """``committed_dir``'s checkpoint, and a fresh agent core (with its hooks) to restore into."""
+    source = str(await committed_dir(tmp_path, clock))
+    hooks = JsonStateHooks("agent")
+    return source, hooks, make_core(clock, hooks)
+
+
+def restore_into(
+    core: ParticipantCore,
+    source: str | Path,
+    scope: list[EnvironmentEpisode],
+    *,
+    deadline_ts: float = START + 30,
+) -> Coroutine[Any, Any, dict[str, Any]]:
+    """``core``'s restore of ``scope`` from ``source`` as ``rst-1`` (due 30 s after START)."""
+    return core.restore(
+        "rst-1", deadline_ts=deadline_ts, checkpoint_dir=str(source), episode_ids=scope
+    )
+
+
 async def test_restore_installs_next_attempts_and_keeps_admission_closed(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """restore installs attempt N+1, names the source id and stays closed until resume."""
-    source = await committed_dir(tmp_path, clock)
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
-    reply = await core.restore(
-        "rst-1",
-        deadline_ts=clock.now() + 30,
-        checkpoint_dir=str(source),
-        episode_ids=[ep("r1"), ep("r2", 1)],
-    )
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
+    scope = [ep("r1"), ep("r2", 1)]
+    reply = await restore_into(core, source, scope, deadline_ts=clock.now() + 30)
     assert reply["phase"] == "restored"
     assert reply["source_checkpoint_id"] == "src-1"
     assert reply["restored"] == ["r1-a1", "r2-a2"]
@@ -671,12 +701,8 @@ async def test_restore_installs_next_attempts_and_keeps_admission_closed(
 
 async def test_restore_only_installs_the_scope(tmp_path: Path, clock: FakeClock) -> None:
     """Records outside the scope are validated but not installed."""
-    source = await committed_dir(tmp_path, clock)
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
-    reply = await core.restore(
-        "rst-1", deadline_ts=clock.now() + 30, checkpoint_dir=str(source), episode_ids=[ep("r1")]
-    )
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
+    reply = await restore_into(core, source, [ep("r1")], deadline_ts=clock.now() + 30)
     assert reply["restored"] == ["r1-a1"]
     assert set(hooks.states) == {ep("r1", 1)}
 
@@ -700,13 +726,9 @@ async def test_restore_into_a_process_that_served_other_rollouts(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """Traffic of other rollouts does not stop a restore, and their state stays."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
     await run_turn(core, hooks, ep("r9"), turn=7)
-    reply = await core.restore(
-        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
-    )
+    reply = await restore_into(core, source, [ep("r1")])
     assert reply["restored"] == ["r1-a1"]
     assert hooks.states == {ep("r9"): {"turn": 7}, ep("r1", 1): {"turn": 3}}
     assert core.fence.mark("r9") is None and core.fence.mark("r1") is None
@@ -723,12 +745,7 @@ async def test_restore_retires_older_attempts_it_supersedes_before_installing(
     await run_turn(core, hooks, ep("r1"), turn=1)
     busy = await Turn.start(core, ep("r2"))
     hooks.on_retire.append(lambda episodes: busy.release.set())
-    reply = await core.restore(
-        "rst-1",
-        deadline_ts=START + 30,
-        checkpoint_dir=source,
-        episode_ids=[ep("r1"), ep("r2", 1)],
-    )
+    reply = await restore_into(core, source, [ep("r1"), ep("r2", 1)])
     assert reply["restored"] == ["r1-a1", "r2-a2"]
     assert hooks.retired == [(ep("r1"), ep("r2", 1))]
     assert busy.task is not None and busy.task.done()
@@ -745,16 +762,12 @@ async def test_restore_that_cannot_stop_older_work_installs_nothing(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """If stopping a superseded attempt fails, nothing is installed; its mark stays."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
     await run_turn(core, hooks, ep("r1"), turn=1)
     hooks.fail_retire = True
     await refused(
         "checkpoint_error",
-        core.restore(
-            "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
-        ),
+        restore_into(core, source, [ep("r1")]),
     )
     assert ep("r1", 1) not in hooks.states
     assert (core.phase, core.checkpoint_id, core.fence.mark("r1")) == ("idle", None, 0)
@@ -766,16 +779,14 @@ async def test_restore_refuses_to_install_over_live_attempts(
 ) -> None:
     """A restored rollout holding the installed attempt, or a newer one (state or a call),
     fails stale_attempt and nothing changes."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
     await run_turn(core, hooks, ep("r1", 1), turn=9)
     busy = await Turn.start(core, ep("r2", 3))
     before = snapshot(core)
     for scope in ([ep("r1")], [ep("r2", 1)], [ep("r1", 5), ep("r2", 1)]):
         error = await refused(
             "stale_attempt",
-            core.restore("rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=scope),
+            restore_into(core, source, scope),
         )
         assert error.status == 409
     assert snapshot(core) == before and hooks.states == {ep("r1", 1): {"turn": 9}}
@@ -788,16 +799,9 @@ async def test_restore_of_attempts_retired_here_installs_them_inert(
 ) -> None:
     """As Gym: a next attempt retired here (holding nothing) is installed, stays refused,
     and is never exported."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
     await core.retire("any", deadline_ts=START + 30, episode_ids=[ep("r2", 2)])
-    reply = await core.restore(
-        "rst-1",
-        deadline_ts=START + 30,
-        checkpoint_dir=source,
-        episode_ids=[ep("r1"), ep("r2", 1)],
-    )
+    reply = await restore_into(core, source, [ep("r1"), ep("r2", 1)])
     assert reply["restored"] == ["r1-a1", "r2-a2"] and ep("r2", 2) in hooks.states
     await core.resume("rst-1", deadline_ts=START + 30)
     await refused("stale_attempt", _enter(core, ep("r2", 2)))
@@ -828,9 +832,7 @@ async def test_a_checkpoint_in_the_earlier_record_shape_still_restores(
     )
     hooks = JsonStateHooks("agent")
     core = make_core(clock, hooks)
-    reply = await core.restore(
-        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1"), ep("r2", 1)]
-    )
+    reply = await restore_into(core, source, [ep("r1"), ep("r2", 1)])
     assert reply["restored"] == ["r1-a1", "r2-a2"]
     assert hooks.states == {ep("r1", 1): {"turn": 1, "note": "a"}, ep("r2", 2): {"turn": 2}}
 
@@ -863,12 +865,7 @@ async def test_a_corrupt_record_anywhere_installs_nothing(
     core = make_core(clock, hooks)
     error = await refused(
         "invalid_checkpoint_state",
-        core.restore(
-            "rst-1",
-            deadline_ts=START + 30,
-            checkpoint_dir=source,
-            episode_ids=[ep("r1"), ep("r2"), ep("r3")],
-        ),
+        restore_into(core, source, [ep("r1"), ep("r2"), ep("r3")]),
     )
     assert error.status == 422
     assert hooks.states == {}
@@ -891,9 +888,7 @@ async def test_restore_refuses_damaged_unpublished_or_foreign_state(
     for directory in (source, tmp_path / "empty"):
         await refused(
             "invalid_checkpoint_state",
-            core.restore(
-                "rst-1", deadline_ts=START + 30, checkpoint_dir=str(directory), episode_ids=scope
-            ),
+            restore_into(core, directory, scope),
         )
     other = await committed_dir(tmp_path / "other", clock, cid="src-2")
     foreign = ParticipantCore(server_name="agent-2", kind="agent", hooks=hooks, clock=clock)
@@ -908,27 +903,19 @@ async def test_restore_refuses_damaged_unpublished_or_foreign_state(
 
 async def test_restore_replay_and_conflict(tmp_path: Path, clock: FakeClock) -> None:
     """A restore replay returns the recorded reply; other arguments conflict."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
-    first = await core.restore(
-        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
-    )
-    again = await core.restore(
-        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
-    )
+    source, _, core = await published_and_fresh(tmp_path, clock)
+    first = await restore_into(core, source, [ep("r1")])
+    again = await restore_into(core, source, [ep("r1")])
     assert again == first
     await refused(
         "checkpoint_conflict",
-        core.restore("rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[]),
+        restore_into(core, source, []),
     )
 
 
 async def test_restore_past_its_deadline_installs_nothing(tmp_path: Path, clock: FakeClock) -> None:
     """A restore whose deadline passed fails deadline_exceeded and stays idle."""
-    source = str(await committed_dir(tmp_path, clock))
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
     await refused(
         "deadline_exceeded",
         core.restore(
@@ -1033,9 +1020,7 @@ async def test_resume_stops_an_unpublished_write(
     core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
 ) -> None:
     """A write still before its manifest when resume arrives never publishes."""
-    await prepared_core(core, hooks)
-    entered, release, hook = blocking_hook()
-    core.before_publish.append(hook)
+    entered, release = await prepared_with_a_blocked_write(core, hooks)
     args: dict[str, Any] = {"checkpoint_dir": str(tmp_path), "episode_ids": None}
     pending = asyncio.create_task(core.commit("c1", deadline_ts=START + 30, **args))
     await until(entered)
@@ -1043,7 +1028,7 @@ async def test_resume_stops_an_unpublished_write(
     release.set()
     await refused("stale_checkpoint", pending)
     await drain_tasks()
-    assert not (store.participant_dir(tmp_path, "agent", "agent") / store.MANIFEST_NAME).exists()
+    assert not manifest_in(tmp_path).exists()
     assert core.phase == "idle"
 
 
@@ -1051,9 +1036,7 @@ async def test_an_aborted_write_stays_unpublished_after_a_newer_commit(
     core: ParticipantCore, hooks: JsonStateHooks, tmp_path: Path
 ) -> None:
     """A stopped write checks its own abort, not the newer checkpoint's write."""
-    await prepared_core(core, hooks)
-    entered, release, hook = blocking_hook()
-    core.before_publish.append(hook)
+    entered, release = await prepared_with_a_blocked_write(core, hooks)
     old_dir, new_dir = tmp_path / "old", tmp_path / "new"
     await refused(
         "deadline_exceeded",
@@ -1068,7 +1051,7 @@ async def test_an_aborted_write_stays_unpublished_after_a_newer_commit(
     assert reply["phase"] == "committed"
     release.set()
     await drain_tasks()
-    assert not (store.participant_dir(old_dir, "agent", "agent") / store.MANIFEST_NAME).exists()
+    assert not manifest_in(old_dir).exists()
     assert core.phase == "committed"
     assert core.checkpoint_id == "c2"
 
@@ -1303,9 +1286,7 @@ async def test_a_process_that_only_restored_before_restores_again(
     other = str(await committed_dir(tmp_path / "other", clock, cid="src-2"))
     hooks = JsonStateHooks("agent")
     core = make_core(clock, hooks)
-    await core.restore(
-        "rst-1", deadline_ts=START + 30, checkpoint_dir=source, episode_ids=[ep("r1")]
-    )
+    await restore_into(core, source, [ep("r1")])
     await core.retire("rst-1", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
     await core.resume("rst-1", deadline_ts=START + 30)
     await core.retire("rst-1", deadline_ts=START + 30, episode_ids=[ep("r1", 1)])
@@ -1351,15 +1332,8 @@ async def test_restored_attempts_left_out_of_a_commit_scope_are_deleted_unfenced
     tmp_path: Path, clock: FakeClock
 ) -> None:
     """A restored attempt that never ran, left out of the next commit's scope, is freed unfenced."""
-    source = await committed_dir(tmp_path, clock)
-    hooks = JsonStateHooks("agent")
-    core = make_core(clock, hooks)
-    await core.restore(
-        "rst-1",
-        deadline_ts=clock.now() + 30,
-        checkpoint_dir=str(source),
-        episode_ids=[ep("r1"), ep("r2", 1)],
-    )
+    source, hooks, core = await published_and_fresh(tmp_path, clock)
+    await restore_into(core, source, [ep("r1"), ep("r2", 1)], deadline_ts=clock.now() + 30)
     await core.resume("rst-1", deadline_ts=clock.now() + 30)
     assert (await core.prepare("c2", deadline_ts=clock.now() + 30))["phase"] == "prepared"
     reply = await core.commit(

@@ -50,7 +50,7 @@ from envckpt.participant.model_calls import (
 from envckpt.participant.open_checkpoint import FINISHED_IDS_KEPT
 
 from helpers.examples import examples
-from helpers.participant_doubles import START, JsonStateHooks, Turn
+from helpers.participant_doubles import START, JsonStateHooks, Turn, run_until
 
 T = TypeVar("T")
 
@@ -168,11 +168,7 @@ class Generation:
     ) -> Generation:
         generation = cls(core, hooks, episode)
         generation.task = asyncio.create_task(generation._run())
-        started = asyncio.create_task(generation.generating.wait())
-        await asyncio.wait({generation.task, started}, return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        if generation.task.done():
-            generation.task.result()  # raises the admission error
+        await run_until(generation.task, generation.generating)
         return generation
 
     async def _decode(self) -> None:
@@ -275,6 +271,42 @@ class CoreMachine(RuleBasedStateMachine):
         assert expected_code is None, f"expected {expected_code}, got {result!r}"
         return result
 
+    def admit(
+        self, rule: str, episode: EnvironmentEpisode, call: Coroutine[Any, Any, T]
+    ) -> T | None:
+        """Run an admission; require the predicted refusal code. None when refused."""
+        self.settle()
+        expected = self.model.admission_error(episode)
+        event(f"{rule} in {self.model.phase}: {expected or 'accepted'}")
+        try:
+            admitted = self.run(call)
+        except ParticipantError as error:
+            assert error.code == expected
+            return None
+        assert expected is None, expected
+        self.model.admit(episode)
+        return admitted
+
+    def first_reply(
+        self,
+        expected: str | None,
+        coroutine: Coroutine[Any, Any, dict[str, Any]],
+        *,
+        replay: dict[str, Any] | None,
+        lease_to: float | None,
+    ) -> dict[str, Any] | None:
+        """``self.call``, where an accepted call arms the lease to ``lease_to`` (if given) and a
+        repeated one must return the recorded ``replay``: the reply when it is a first."""
+        reply = self.call(expected, coroutine)
+        if reply is None:
+            return None
+        if lease_to is not None:
+            self.model.arm(lease_to)
+        if replay is not None:
+            assert reply == replay
+            return None
+        return reply
+
     def _stop_retired_turns(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         for turn in [*self.turns, *self.generations]:
             if any(
@@ -283,33 +315,36 @@ class CoreMachine(RuleBasedStateMachine):
             ):
                 turn.release.set()
 
-    def _refused_finished_or(self, checkpoint_id: str) -> str | None:
-        return "stale_checkpoint" if checkpoint_id in self.model.finished else None
+    def open_call(self, pick: int, *, seconds: float) -> tuple[str, float, str | None]:
+        """Settle, then the id a checkpoint call names, its deadline ``seconds`` from now, and
+        the refusal it gets if the id is finished."""
+        self.settle()
+        checkpoint_id = self.choose_id(pick)
+        finished = checkpoint_id in self.model.finished
+        return checkpoint_id, self.clock.now() + seconds, "stale_checkpoint" if finished else None
+
+    def cleanup_call(self, pick: int, *, late: bool) -> tuple[str, float, str | None]:
+        """Retire and forget: the id, a deadline (passed when ``late``), the predicted refusal."""
+        checkpoint_id, deadline, _ = self.open_call(pick, seconds=-1 if late else 60)
+        return checkpoint_id, deadline, self.model.cleanup_error(checkpoint_id, late)
 
     # ------------------------------------------------------------------ rules
 
     @rule(rollout=ROLLOUTS, attempt=ATTEMPTS)
     def run_turn(self, rollout: str, attempt: int) -> None:
         """One complete turn: admitted, state advanced, parked."""
-        self.settle()
         episode = EnvironmentEpisode(rollout, attempt)
-        expected = self.model.admission_error(episode)
-        event(f"run_turn in {self.model.phase}: {expected or 'accepted'}")
 
-        async def turn() -> None:
+        async def turn() -> EnvironmentEpisode:
             async with self.core.admit(episode):
                 state = self.hooks.states.get(episode, {"turn": 0})
                 self.hooks.put(episode, state["turn"] + 1)
+            return episode  # not None: admit() returns None only when refused
 
-        try:
-            self.run(turn())
-        except ParticipantError as error:
-            assert error.code == expected
+        if self.admit("run_turn", episode, turn()) is None:
             return
-        assert expected is None, expected
         mark = self.core.fence.mark(rollout)
         assert mark is None or attempt > mark, "a retired attempt was admitted"
-        self.model.admit(episode)
         self.model.states[episode] = self.model.states.get(episode, 0) + 1
 
     @rule(rollout=ROLLOUTS, attempt=ATTEMPTS)
@@ -317,18 +352,11 @@ class CoreMachine(RuleBasedStateMachine):
         """Admit a call and keep it in flight (at most three at a time)."""
         if len(self.turns) >= 3:
             return
-        self.settle()
         episode = EnvironmentEpisode(rollout, attempt)
-        expected = self.model.admission_error(episode)
-        event(f"start_turn in {self.model.phase}: {expected or 'accepted'}")
-        try:
-            turn = self.run(Turn.start(self.core, episode))
-        except ParticipantError as error:
-            assert error.code == expected
+        turn = self.admit("start_turn", episode, Turn.start(self.core, episode))
+        if turn is None:
             return
-        assert expected is None, expected
         self.turns.append(turn)
-        self.model.admit(episode)
         self.model.in_flight.append(episode)
 
     @rule(index=st.integers(min_value=0, max_value=2))
@@ -342,11 +370,8 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(pick=PICKS)
     def prepare(self, pick: int) -> None:
-        self.settle()
+        checkpoint_id, deadline, expected = self.open_call(pick, seconds=10)
         model = self.model
-        checkpoint_id = self.choose_id(pick)
-        deadline = self.clock.now() + 10
-        expected = self._refused_finished_or(checkpoint_id)
         replay = None
         if expected is None and model.phase != "idle":
             if checkpoint_id != model.open_id:
@@ -356,12 +381,13 @@ class CoreMachine(RuleBasedStateMachine):
             elif model.phase != "preparing":
                 expected = "invalid_phase"
         started = self.clock.now()
-        reply = self.call(expected, self.core.prepare(checkpoint_id, deadline_ts=deadline))
+        reply = self.first_reply(
+            expected,
+            self.core.prepare(checkpoint_id, deadline_ts=deadline),
+            replay=replay,
+            lease_to=deadline,
+        )
         if reply is None:
-            return
-        model.arm(deadline)
-        if replay is not None:
-            assert reply == replay
             return
         model.phase, model.open_id = "preparing", checkpoint_id
         self._collect_refused()
@@ -402,18 +428,13 @@ class CoreMachine(RuleBasedStateMachine):
         """Admit a model call and leave it generating (at most three at a time)."""
         if len(self.generations) >= 3:
             return
-        self.settle()
         episode = EnvironmentEpisode(rollout, attempt)
-        expected = self.model.admission_error(episode)
-        event(f"start_generation in {self.model.phase}: {expected or 'accepted'}")
-        try:
-            generation = self.run(Generation.start(self.core, self.hooks, episode))
-        except ParticipantError as error:
-            assert error.code == expected
+        generation = self.admit(
+            "start_generation", episode, Generation.start(self.core, self.hooks, episode)
+        )
+        if generation is None:
             return
-        assert expected is None, expected
         self.generations.append(generation)
-        self.model.admit(episode)
         self.model.in_flight.append(episode)
         self.model.generating.append(episode)
 
@@ -440,11 +461,8 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(pick=PICKS)
     def renew(self, pick: int) -> None:
-        self.settle()
+        checkpoint_id, deadline, expected = self.open_call(pick, seconds=20)
         model = self.model
-        checkpoint_id = self.choose_id(pick)
-        deadline = self.clock.now() + 20
-        expected = self._refused_finished_or(checkpoint_id)
         if expected is None and model.phase == "idle":
             expected = "invalid_phase"
         elif expected is None and checkpoint_id != model.open_id:
@@ -456,15 +474,12 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(pick=PICKS, same_dir=st.booleans())
     def commit(self, pick: int, same_dir: bool) -> None:
-        self.settle()
+        checkpoint_id, deadline, expected = self.open_call(pick, seconds=30)
         model = self.model
-        checkpoint_id = self.choose_id(pick)
         if same_dir and model.write is not None:
             directory = model.write[1]
         else:
             directory = str(self.root / f"d{len(list(self.root.iterdir()))}-{self.minted}")
-        deadline = self.clock.now() + 30
-        expected = self._refused_finished_or(checkpoint_id)
         replay = None
         if expected is None:
             if model.write is not None and model.write[0] == checkpoint_id:
@@ -478,17 +493,15 @@ class CoreMachine(RuleBasedStateMachine):
                 expected = "checkpoint_conflict"
             elif model.phase != "prepared":
                 expected = "invalid_phase"
-        reply = self.call(
+        reply = self.first_reply(
             expected,
             self.core.commit(
                 checkpoint_id, deadline_ts=deadline, checkpoint_dir=directory, episode_ids=None
             ),
+            replay=replay,
+            lease_to=deadline,
         )
         if reply is None:
-            return
-        model.arm(deadline)
-        if replay is not None:
-            assert reply == replay
             return
         # Only attempts that may still act are exported.
         exported = {e: turn for e, turn in model.states.items() if model.current(e)}
@@ -533,12 +546,9 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(pick=PICKS, rollout=ROLLOUTS, attempt=ATTEMPTS, late=LATE)
     def retire(self, pick: int, rollout: str, attempt: int, late: bool) -> None:
-        self.settle()
+        checkpoint_id, deadline, expected = self.cleanup_call(pick, late=late)
         model = self.model
-        checkpoint_id = self.choose_id(pick)
         episode = EnvironmentEpisode(rollout, attempt)
-        expected = model.cleanup_error(checkpoint_id, late)
-        deadline = self.clock.now() + (-1 if late else 60)
         reply = self.call(
             expected, self.core.retire(checkpoint_id, deadline_ts=deadline, episode_ids=[episode])
         )
@@ -564,11 +574,8 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(pick=PICKS, rollout=ROLLOUTS, late=LATE)
     def forget(self, pick: int, rollout: str, late: bool) -> None:
-        self.settle()
+        checkpoint_id, deadline, expected = self.cleanup_call(pick, late=late)
         model = self.model
-        checkpoint_id = self.choose_id(pick)
-        expected = model.cleanup_error(checkpoint_id, late)
-        deadline = self.clock.now() + (-1 if late else 60)
         reply = self.call(
             expected, self.core.forget(checkpoint_id, deadline_ts=deadline, rollout_ids=[rollout])
         )
@@ -632,7 +639,7 @@ class CoreMachine(RuleBasedStateMachine):
         """This same (used) process restores the last published commit, or a part of it."""
         if not self.published:
             return
-        self.settle()
+        checkpoint_id, deadline, expected = self.open_call(pick, seconds=30)
         model = self.model
         directory, source_id, records = self.published[-1]
         saved = dict(store.from_record(record) for record in records)
@@ -643,9 +650,6 @@ class CoreMachine(RuleBasedStateMachine):
             picked.setdefault(episode.rollout_id, episode)
         scope = sorted(picked.values())
         args = (str(directory), tuple(sorted(e.capture_key for e in scope)))
-        checkpoint_id = self.choose_id(pick)
-        deadline = self.clock.now() + 30
-        expected = self._refused_finished_or(checkpoint_id)
         replay = None
         if expected is None and model.phase != "idle":
             if checkpoint_id != model.open_id:
@@ -658,16 +662,15 @@ class CoreMachine(RuleBasedStateMachine):
                 replay = model.restore[1]
         elif expected is None and any(model.holds_newer(e) for e in scope):
             expected = "stale_attempt"
-        reply = self.call(
+        reply = self.first_reply(
             expected,
             self.core.restore(
                 checkpoint_id, deadline_ts=deadline, checkpoint_dir=args[0], episode_ids=scope
             ),
+            replay=replay,
+            lease_to=None,  # a first restore arms it below; a replayed one leaves it
         )
         if reply is None:
-            return
-        if replay is not None:
-            assert reply == replay
             return
         # Older attempts of restored rollouts this process holds are retired first.
         for episode in [e for e in scope if e.rollout_id in model.live_rollouts()]:
@@ -739,12 +742,17 @@ class CoreMachine(RuleBasedStateMachine):
             assert list(store.iter_records(directory, manifest)) == records
 
 
-CoreMachine.TestCase.settings = settings(
-    max_examples=examples(120),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+def _runs(max_examples: int) -> settings:
+    """Forty steps a run, untimed: a step may wait out a prepare's deadline."""
+    return settings(
+        max_examples=examples(max_examples),
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+CoreMachine.TestCase.settings = _runs(120)
 TestCoreStateful = CoreMachine.TestCase
 
 
@@ -757,10 +765,5 @@ class ModelCoreMachine(CoreMachine):
         self._new_core()
 
 
-ModelCoreMachine.TestCase.settings = settings(
-    max_examples=examples(60),
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+ModelCoreMachine.TestCase.settings = _runs(60)
 TestModelCoreStateful = ModelCoreMachine.TestCase

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from envckpt.clock import FakeClock
+from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.counters import AdmissionCounters, ParticipantCounters
@@ -39,14 +40,20 @@ def test_commits_add_up_and_ends_are_told_apart() -> None:
     assert (body["resumes"], body["lease_expiries"]) == (1, 1)
 
 
-async def test_a_participant_counts_its_own_cycle_and_a_refusal(tmp_path: Path) -> None:
-    """One prepare, commit and resume of two episodes, and a call refused while open."""
+async def prepared_after(*episodes: EnvironmentEpisode) -> tuple[ParticipantCore, FakeClock]:
+    """An agent core on a fake clock that ran a turn of each episode, then prepared ``c1``."""
     clock = FakeClock(START)
     hooks = JsonStateHooks("agent")
     core = ParticipantCore(server_name="agent", kind="agent", hooks=hooks, clock=clock)
-    await run_turn(core, hooks, ep("r1"), turn=2)
-    await run_turn(core, hooks, ep("r2"), turn=1)
+    for episode in episodes:
+        await run_turn(core, hooks, episode, turn=2)
     await core.prepare("c1", deadline_ts=clock.now() + 30)
+    return core, clock
+
+
+async def test_a_participant_counts_its_own_cycle_and_a_refusal(tmp_path: Path) -> None:
+    """One prepare, commit and resume of two episodes, and a call refused while open."""
+    core, clock = await prepared_after(ep("r1"), ep("r2"))
     with pytest.raises(ParticipantError):
         async with core.admit(ep("r1")):
             pass
@@ -66,11 +73,7 @@ async def test_a_participant_counts_its_own_cycle_and_a_refusal(tmp_path: Path) 
 
 async def test_a_failed_commit_write_is_counted_as_one(tmp_path: Path) -> None:
     """A commit whose directory cannot be written counts a failure, not a commit."""
-    clock = FakeClock(START)
-    hooks = JsonStateHooks("agent")
-    core = ParticipantCore(server_name="agent", kind="agent", hooks=hooks, clock=clock)
-    await run_turn(core, hooks, ep("r1"), turn=2)
-    await core.prepare("c1", deadline_ts=clock.now() + 30)
+    core, clock = await prepared_after(ep("r1"))
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     with pytest.raises(ParticipantError):

@@ -21,13 +21,10 @@ from envckpt.participant.fence import AttemptFence
 from envckpt.protocol import ErrorCode
 
 from helpers.examples import examples
+from helpers.participant_doubles import ep
 
 ROLLOUTS = ("r0", "r1", "r2")
 ATTEMPTS = range(4)
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
 
 
 # ---------------------------------------------------------------- unit tests

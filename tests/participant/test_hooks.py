@@ -15,10 +15,7 @@ from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import NoState, SessionHooks, StateHooks
 
 from helpers.examples import examples
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
+from helpers.participant_doubles import ep
 
 
 class Counters(SessionHooks[int]):
@@ -96,6 +93,17 @@ held_episodes = st.frozensets(
 )
 
 
+def kept_after_retiring(
+    held: frozenset[EnvironmentEpisode], retired: frozenset[EnvironmentEpisode]
+) -> set[EnvironmentEpisode]:
+    """The held episodes above every retired attempt of their rollout: what a retire keeps."""
+    return {
+        h
+        for h in held
+        if not any(r.rollout_id == h.rollout_id and h.attempt <= r.attempt for r in retired)
+    }
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(held=held_episodes, retired=held_episodes)
 async def test_retire_drops_the_attempt_and_every_earlier_one(
@@ -105,12 +113,7 @@ async def test_retire_drops_the_attempt_and_every_earlier_one(
     hooks = Counters()
     hooks.states = {episode: episode.attempt for episode in held}
     await hooks.retire(tuple(retired))
-    kept = {
-        h
-        for h in held
-        if not any(r.rollout_id == h.rollout_id and h.attempt <= r.attempt for r in retired)
-    }
-    assert hooks.live_episodes() == kept
+    assert hooks.live_episodes() == kept_after_retiring(held, retired)
 
 
 async def test_the_session_defaults_hold_nothing_of_their_own() -> None:
@@ -152,12 +155,7 @@ async def test_no_state_retire_forgets_the_attempt_and_every_earlier_one(
     hooks.live.update(held)
     live_set = hooks.live
     await hooks.retire(tuple(retired))
-    kept = {
-        h
-        for h in held
-        if not any(r.rollout_id == h.rollout_id and h.attempt <= r.attempt for r in retired)
-    }
-    assert hooks.live_episodes() == kept
+    assert hooks.live_episodes() == kept_after_retiring(held, retired)
     assert hooks.live is live_set  # the server keeps filling the same set
 
 

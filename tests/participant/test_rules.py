@@ -24,12 +24,9 @@ from envckpt.participant.open_checkpoint import OpenCheckpoint
 from envckpt.protocol import ErrorCode, Phase
 
 from helpers.examples import examples
+from helpers.participant_doubles import ep
 
 NOT_IDLE = [phase for phase in Phase if phase is not Phase.IDLE]
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
 
 
 def refused(code: ErrorCode, check: Callable[[], object]) -> ParticipantError:

@@ -7,18 +7,12 @@ from envckpt.participant.core import ParticipantCore
 from envckpt.participant.model_calls import ModelCallPolicy, ModelCalls
 from envckpt.participant.status import status_reply
 
+from conformance.cases import KEYS
 from helpers.participant_doubles import START, JsonStateHooks
 
-PROTOCOL_KEYS = {
-    "kind",
-    "mode",
-    "instance",
-    "phase",
-    "checkpoint_id",
-    "lease_expires_at",
-    "retired_rollouts",
-    "report",
-}
+# protocol.md's status keys: those the conformance table requires of any implementation,
+# and the mode.
+PROTOCOL_KEYS = {*KEYS["status"], "mode"}
 
 
 def test_the_reply_has_every_protocol_key_and_envckpts_own() -> None:

@@ -13,11 +13,7 @@ from envckpt.participant import work
 from envckpt.participant.fence import AttemptFence
 from envckpt.protocol import ErrorCode
 
-from helpers.participant_doubles import START, JsonStateHooks
-
-
-def ep(rollout_id: str, attempt: int = 0) -> EnvironmentEpisode:
-    return EnvironmentEpisode(rollout_id, attempt)
+from helpers.participant_doubles import START, JsonStateHooks, ep
 
 
 class ReopenFails(JsonStateHooks):

@@ -6,12 +6,9 @@ trainer rows endpoint, both on 127.0.0.1, with tokens passed the way envckpt pas
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +20,8 @@ from envckpt.http.apps import new_app
 from envckpt.http.serve import serve_in_thread
 from envckpt.http.tokens import new_token
 from envckpt.sim.data_routes import rows_router
+
+from helpers.server_process import stop, wait_ready
 
 READY_SECONDS = 60.0
 
@@ -39,18 +38,6 @@ class Target:
     outside: Path
     rows: list[tuple[str, str, str]] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
-
-
-def _wait_ready(ready: Path, process: subprocess.Popen[bytes], log: Path) -> dict[str, str]:
-    give_up = time.monotonic() + READY_SECONDS
-    while not ready.exists():
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited: {log.read_text()[-2000:]}")
-        if time.monotonic() > give_up:
-            raise RuntimeError(f"the server was not ready in {READY_SECONDS:g} s")
-        time.sleep(0.05)
-    urls: dict[str, str] = json.loads(ready.read_text())
-    return urls
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +70,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with serve_in_thread(trainer) as trainer_url, log.open("wb") as output:
         process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
         try:
-            urls = _wait_ready(ready, process, log)
+            urls = wait_ready(ready, process, seconds=READY_SECONDS, log=log)
             yield Target(
                 urls=urls,
                 control_token=control,
@@ -95,12 +82,7 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
                 process=process,
             )
         finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, seconds=15)
 
 
 @pytest.fixture(scope="session")

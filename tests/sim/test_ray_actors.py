@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import subprocess
 import sys
 import time
@@ -20,6 +19,9 @@ from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.inventory import InMemoryInventory
 from envckpt.sim.gym import GymConfig, SimulatedGym
 from envckpt.sim.ray_actors import SimRayInstance, actor_name, spawn_instances
+
+from helpers.facade_world import LiveCut
+from helpers.local_ray import local_ray
 
 # envckpt.sim.ray_actors imports ray only when used, so the module imports without it.
 ray = pytest.importorskip("ray")
@@ -45,33 +47,8 @@ TIMEOUTS = CheckpointTimeouts(
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """One quiet local Ray cluster for the whole module (no dashboard, loopback only)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-            object_store_memory=80 * 1024 * 1024,
-            namespace="envckpt-tests",
-            _node_ip_address="127.0.0.1",
-        )
-        try:
-            yield
-        finally:
-            ray.shutdown()
-
-
-class Cut:
-    """A data-plane cut that is live until closed."""
-
-    def __init__(self) -> None:
-        self.live = True
-
-    def require_live(self) -> None:
-        if not self.live:
-            raise RuntimeError("cut expired")
+    with local_ray("envckpt-tests"):
+        yield
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
@@ -130,7 +107,7 @@ async def test_rollouts_snapshotted_in_actors_continue_in_replacement_actors(
     path = tmp_path / "snapshot"
     async with facade.snapshot(path) as snap:
         assert snap is not None
-        await snap.check_against_cut(Cut())
+        await snap.check_against_cut(LiveCut())
         # Paused at a turn boundary: the sessions now are what was saved.
         saved = {
             key: len(session["turns"])

@@ -4,11 +4,13 @@ child process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,23 @@ async def wait_for_file(
         await asyncio.sleep(0.05)
 
 
+@contextlib.asynccontextmanager
+async def serving(
+    process: asyncio.subprocess.Process, ready: Path, log: Path
+) -> AsyncIterator[dict[str, str]]:
+    """The server URLs once ``process`` wrote ``ready``; on leaving, SIGTERM, which it must
+    exit 0 from (killed if anything failed before)."""
+    try:
+        await wait_for_file(ready, process, log, timeout=30)
+        yield json.loads(ready.read_text())
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 15) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 async def test_the_server_process_serves_and_exits_on_sigterm(tmp_path: Path) -> None:
     """python -m envckpt.sim.server writes its ready file, serves a rollout, ships its rows to
     the trainer endpoint, and exits 0 on SIGTERM."""
@@ -152,9 +171,7 @@ async def test_the_server_process_serves_and_exits_on_sigterm(tmp_path: Path) ->
             stdout=asyncio.subprocess.DEVNULL,
             stderr=log.open("wb"),
         )
-        try:
-            await wait_for_file(ready, process, log, timeout=30)
-            urls = json.loads(ready.read_text())
+        async with serving(process, ready, log) as urls:
             assert set(urls) == {MODEL_SERVER, AGENT_SERVER, RESOURCES_SERVER, JUDGE_SERVER}
             assert (await status_of(urls[MODEL_SERVER])).json()["kind"] == "model"
             async with HttpGym(urls, token=TOKEN) as gym:
@@ -162,12 +179,6 @@ async def test_the_server_process_serves_and_exits_on_sigterm(tmp_path: Path) ->
             assert result["transcript"] == expected_transcript("r", TASK, seed=8)
             assert sorted(key for _, key, _ in rows) == result["staging_keys"]
             assert len(audit.read_text().splitlines()) == 5
-            process.send_signal(signal.SIGTERM)
-            assert await asyncio.wait_for(process.wait(), 15) == 0
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
 
 
 async def serve_and_checkpoint(tmp_path: Path, *, args: list[str], env: dict[str, str]) -> None:
@@ -181,22 +192,14 @@ async def serve_and_checkpoint(tmp_path: Path, *, args: list[str], env: dict[str
         stdout=asyncio.subprocess.DEVNULL,
         stderr=stderr.open("wb"),
     )
-    try:
-        await wait_for_file(ready, process, stderr, timeout=30)
-        async with HttpGym(json.loads(ready.read_text()), token=TOKEN) as gym:
-            await gym.run(Ep("r", 0), TASK)
-            participants = await gym.coordinator.discover()
-            prepared = await gym.coordinator.prepare(
-                participants, "ckpt-log", deadline_ts=time.time() + 20
-            )
-            assert prepared.prepared
-            await gym.coordinator.resume(participants, "ckpt-log", deadline_ts=time.time() + 20)
-        process.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(process.wait(), 15) == 0
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    async with serving(process, ready, stderr) as urls, HttpGym(urls, token=TOKEN) as gym:
+        await gym.run(Ep("r", 0), TASK)
+        participants = await gym.coordinator.discover()
+        prepared = await gym.coordinator.prepare(
+            participants, "ckpt-log", deadline_ts=time.time() + 20
+        )
+        assert prepared.prepared
+        await gym.coordinator.resume(participants, "ckpt-log", deadline_ts=time.time() + 20)
 
 
 async def test_log_json_records_every_participant_transition_as_json_lines(tmp_path: Path) -> None:

@@ -32,17 +32,23 @@ async def hold_mutation(barrier: DataPlaneBarrier, release: asyncio.Event) -> No
         await release.wait()
 
 
-async def test_mutation_waits_while_checkpoint_open() -> None:
-    """A mutation requested during a checkpoint section enters only after it ends."""
+@pytest.mark.parametrize("started", ["before-the-section", "inside-the-section"])
+async def test_mutation_waits_while_checkpoint_open(started: str) -> None:
+    """A mutation requested during a checkpoint section enters only after it ends, whether
+    its task was running before or was started inside the section (another task: it waits,
+    it is not refused)."""
     barrier = DataPlaneBarrier()
-    entered = asyncio.Event()
+    requested, entered = asyncio.Event(), asyncio.Event()
 
     async def mutate() -> None:
+        await requested.wait()
         async with barrier.mutation():
             entered.set()
 
+    early = asyncio.create_task(mutate()) if started == "before-the-section" else None
     async with barrier.checkpoint():
-        task = asyncio.create_task(mutate())
+        task = early or asyncio.create_task(mutate())
+        requested.set()
         await settle()
         assert not entered.is_set()
     await asyncio.wait_for(task, 5)
@@ -123,23 +129,6 @@ async def test_nested_sections_raise_at_once(outer: SectionKind, inner: SectionK
         cut.require_live()
     async with section(inner):
         pass  # the refused attempt left nothing behind
-
-
-async def test_task_started_inside_a_section_waits_its_turn() -> None:
-    """A task started inside a checkpoint section is another task: it waits, it is not refused."""
-    barrier = DataPlaneBarrier()
-    entered = asyncio.Event()
-
-    async def child() -> None:
-        async with barrier.mutation():
-            entered.set()
-
-    async with barrier.checkpoint():
-        task = asyncio.create_task(child())
-        await settle()
-        assert not entered.is_set()
-    await asyncio.wait_for(task, 5)
-    assert entered.is_set()
 
 
 async def test_task_started_inside_a_mutation_may_mutate_alongside() -> None:

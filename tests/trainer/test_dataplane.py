@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from envckpt.errors import CorruptCheckpoint
-from envckpt.trainer.barrier import Cut, CutExpired, DataPlaneBarrier, SectionKind
+from envckpt.trainer.barrier import CutExpired, DataPlaneBarrier
 from envckpt.trainer.dataplane import DataPlaneCorrupt, SqliteDataPlane, StagingRow
+
+from helpers.cuts import dead_cut, live_cut
 
 
 @pytest.fixture
@@ -25,16 +27,6 @@ def plane(tmp_path: Path) -> Iterator[SqliteDataPlane]:
 def _live_dir(tmp_path: Path) -> None:
     (tmp_path / "live").mkdir()
     (tmp_path / "snap").mkdir()
-
-
-def live_cut() -> Cut:
-    return Cut(SectionKind.MUTATION)
-
-
-def dead_cut() -> Cut:
-    cut = Cut(SectionKind.MUTATION)
-    cut._expire()
-    return cut
 
 
 def test_database_runs_in_wal_mode(plane: SqliteDataPlane) -> None:

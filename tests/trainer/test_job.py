@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,8 @@ import pytest
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.sim.gym import AGENT_SERVER
-from envckpt.trainer.barrier import DataPlaneBarrier
-from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.job import RolloutTask, StagingRecorder
-from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger
+from envckpt.trainer.ledger import LedgerStatus
 from envckpt.trainer.results import RESULTS_SIDECAR, ResultStore
 from envckpt.trainer.snapshot_manifest import verify_snapshot
 from envckpt.trainer.snapshotter import SIDECAR_DIR
@@ -25,6 +23,7 @@ from helpers.snapshot_rig import (
     GymBackend,
     Rig,
     assert_finished_correctly,
+    dispatched_r1,
     mid_flight,
     running,
     wait_until,
@@ -52,13 +51,6 @@ class RecordingBackend(GymBackend):
             return await super().run(instance_id, episode, task)
         finally:
             self.running[instance_id] -= 1
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 def deadline() -> float:
@@ -273,13 +265,8 @@ async def test_the_staging_recorder_writes_rows_and_refuses_stale_attempts(
     tmp_path: Path,
 ) -> None:
     """A staged row lands in the data plane and the ledger; a stale attempt's row is refused."""
-    barrier = DataPlaneBarrier()
-    with SqliteDataPlane(tmp_path / "live.sqlite") as plane:
-        ledger = RecoveryLedger(data_plane=plane)
+    async with dispatched_r1(tmp_path / "live.sqlite") as (barrier, plane, ledger):
         recorder = StagingRecorder(barrier=barrier, ledger=ledger, data_plane=plane)
-        async with barrier.mutation() as cut:
-            ledger.reserve(cut, "r1", "shard/replica-0")
-            ledger.dispatch(cut, "r1")
         await recorder.stage("r1", "r1/t0", "tokens of turn 0")
         row = plane.get("r1/t0")
         assert row is not None
@@ -304,13 +291,8 @@ async def test_the_staging_recorder_writes_rows_and_refuses_stale_attempts(
 
 async def test_the_staging_recorder_waits_for_an_open_checkpoint_section(tmp_path: Path) -> None:
     """A row staged while a checkpoint cut is open lands only after the section ends."""
-    barrier = DataPlaneBarrier()
-    with SqliteDataPlane(tmp_path / "live.sqlite") as plane:
-        ledger = RecoveryLedger(data_plane=plane)
+    async with dispatched_r1(tmp_path / "live.sqlite") as (barrier, plane, ledger):
         recorder = StagingRecorder(barrier=barrier, ledger=ledger, data_plane=plane)
-        async with barrier.mutation() as cut:
-            ledger.reserve(cut, "r1", "shard/replica-0")
-            ledger.dispatch(cut, "r1")
         async with barrier.checkpoint():
             staged = asyncio.create_task(recorder.stage("r1", "r1/t0", "tokens"))
             await asyncio.sleep(0.02)

@@ -17,7 +17,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, ProtocolViolation
 from envckpt.interfaces import RestoredEnvironmentRollouts
 from envckpt.inventory import SnapshotContents
-from envckpt.trainer.barrier import Cut, CutExpired, SectionKind
+from envckpt.trainer.barrier import Cut, CutExpired
 from envckpt.trainer.ledger import (
     KIND,
     LedgerCorrupt,
@@ -28,19 +28,10 @@ from envckpt.trainer.ledger import (
     RestoreMismatch,
 )
 
+from helpers.cuts import dead_cut, live_cut
 from helpers.examples import examples
 
 Ep = EnvironmentEpisode
-
-
-def cut() -> Cut:
-    return Cut(SectionKind.MUTATION)
-
-
-def dead_cut() -> Cut:
-    expired = Cut(SectionKind.MUTATION)
-    expired._expire()
-    return expired
 
 
 class Rows:
@@ -56,7 +47,7 @@ class Rows:
 def running_ledger() -> RecoveryLedger:
     """r-run dispatched on i0 with keys, r-new reserved on i1, r-done sealed on i0."""
     ledger = RecoveryLedger()
-    c = cut()
+    c = live_cut()
     ledger.reserve(c, "r-run", "i0")
     ledger.dispatch(c, "r-run")
     ledger.add_staging_keys(c, "r-run", ["s-run-1", "s-run-2"])
@@ -82,12 +73,12 @@ def contents(
 def test_lifecycle_reserve_dispatch_seal() -> None:
     """A rollout goes reserved -> dispatched -> sealed at attempt 0 and collects keys."""
     ledger = RecoveryLedger()
-    entry = ledger.reserve(cut(), "r1", "i0")
+    entry = ledger.reserve(live_cut(), "r1", "i0")
     assert entry == LedgerEntry("r1", 0, "i0", LedgerStatus.RESERVED)
-    assert ledger.dispatch(cut(), "r1").status is LedgerStatus.DISPATCHED
-    ledger.add_staging_keys(cut(), "r1", ["b", "a"])
-    assert ledger.add_staging_keys(cut(), "r1", ["a", "c"]).staging_keys == ("a", "b", "c")
-    sealed = ledger.seal(cut(), "r1")
+    assert ledger.dispatch(live_cut(), "r1").status is LedgerStatus.DISPATCHED
+    ledger.add_staging_keys(live_cut(), "r1", ["b", "a"])
+    assert ledger.add_staging_keys(live_cut(), "r1", ["a", "c"]).staging_keys == ("a", "b", "c")
+    sealed = ledger.seal(live_cut(), "r1")
     assert (sealed.status, sealed.attempt, sealed.instance_id) == (LedgerStatus.SEALED, 0, "i0")
     assert ledger.entry("r1") == sealed
     assert "r1" in ledger and len(ledger) == 1
@@ -96,12 +87,12 @@ def test_lifecycle_reserve_dispatch_seal() -> None:
 def test_fail_then_mint_next_attempt_drops_the_old_one() -> None:
     """A failed attempt is dropped on its instance and re-minted as attempt + 1, reserved."""
     ledger = running_ledger()
-    ledger.fail(cut(), "r-run")
+    ledger.fail(live_cut(), "r-run")
     assert ledger.dropped_attempts("i0") == (Ep("r-run", 0),)
-    minted = ledger.mint_next_attempt(cut(), "r-run", instance_id="i2")
+    minted = ledger.mint_next_attempt(live_cut(), "r-run", instance_id="i2")
     assert minted == LedgerEntry("r-run", 1, "i2", LedgerStatus.RESERVED)
     assert ledger.inventory("i0") == ()
-    ledger.dispatch(cut(), "r-run")
+    ledger.dispatch(live_cut(), "r-run")
     assert ledger.inventory("i2") == (Ep("r-run", 1),)
     assert ledger.dropped_attempts("i0") == (Ep("r-run", 0),)
 
@@ -109,21 +100,21 @@ def test_fail_then_mint_next_attempt_drops_the_old_one() -> None:
 def test_mint_from_dispatched_drops_the_running_attempt() -> None:
     """Re-minting a dispatched attempt (a timeout) drops it on its instance."""
     ledger = running_ledger()
-    assert ledger.mint_next_attempt(cut(), "r-run").attempt == 1
+    assert ledger.mint_next_attempt(live_cut(), "r-run").attempt == 1
     assert ledger.dropped_attempts("i0") == (Ep("r-run", 0),)
 
 
 def test_fail_of_a_reserved_attempt_drops_nothing() -> None:
     """An attempt that was never sent has nothing on its instance to retire."""
     ledger = running_ledger()
-    ledger.fail(cut(), "r-new")
+    ledger.fail(live_cut(), "r-new")
     assert ledger.dropped_attempts("i1") == ()
 
 
 def test_abandon_keeps_staging_keys_listed() -> None:
     """Abandoning a dispatched rollout drops its attempt and keeps its keys for deletion."""
     ledger = running_ledger()
-    abandoned = ledger.abandon(cut(), "r-run")
+    abandoned = ledger.abandon(live_cut(), "r-run")
     assert abandoned.status is LedgerStatus.ABANDONED
     assert abandoned.staging_keys == ("s-run-1", "s-run-2")
     assert ledger.dropped_attempts("i0") == (Ep("r-run", 0),)
@@ -132,16 +123,16 @@ def test_abandon_keeps_staging_keys_listed() -> None:
 @pytest.mark.parametrize(
     ("action", "rollout_id", "status"),
     [
-        (lambda led: led.seal(cut(), "r-new"), "r-new", "reserved"),
-        (lambda led: led.dispatch(cut(), "r-run"), "r-run", "dispatched"),
-        (lambda led: led.mint_next_attempt(cut(), "r-new"), "r-new", "reserved"),
-        (lambda led: led.restart_from_task(cut(), "r-run"), "r-run", "dispatched"),
-        (lambda led: led.fail(cut(), "r-done"), "r-done", "sealed"),
-        (lambda led: led.abandon(cut(), "r-done"), "r-done", "sealed"),
-        (lambda led: led.add_staging_keys(cut(), "r-done", ["x"]), "r-done", "sealed"),
-        (lambda led: led.reserve(cut(), "r-run", "i1"), "r-run", "dispatched"),
-        (lambda led: led.dispatch(cut(), "r-unknown"), "r-unknown", ""),
-        (lambda led: led.forgotten(cut(), ["r-run"]), "r-run", "dispatched"),
+        (lambda led: led.seal(live_cut(), "r-new"), "r-new", "reserved"),
+        (lambda led: led.dispatch(live_cut(), "r-run"), "r-run", "dispatched"),
+        (lambda led: led.mint_next_attempt(live_cut(), "r-new"), "r-new", "reserved"),
+        (lambda led: led.restart_from_task(live_cut(), "r-run"), "r-run", "dispatched"),
+        (lambda led: led.fail(live_cut(), "r-done"), "r-done", "sealed"),
+        (lambda led: led.abandon(live_cut(), "r-done"), "r-done", "sealed"),
+        (lambda led: led.add_staging_keys(live_cut(), "r-done", ["x"]), "r-done", "sealed"),
+        (lambda led: led.reserve(live_cut(), "r-run", "i1"), "r-run", "dispatched"),
+        (lambda led: led.dispatch(live_cut(), "r-unknown"), "r-unknown", ""),
+        (lambda led: led.forgotten(live_cut(), ["r-run"]), "r-run", "dispatched"),
     ],
 )
 def test_illegal_transitions_raise_and_change_nothing(
@@ -196,11 +187,11 @@ def test_inventory_names_restored_rollouts_by_their_replacement_attempt() -> Non
     """A rollout restored but not yet re-sent is in the inventory as attempt + 1."""
     ledger = running_ledger()
     ledger.prepare_for_restart(
-        cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
+        live_cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
     )
     assert ledger.entry("r-run").status is LedgerStatus.RESERVED
     assert ledger.inventory("i0") == (Ep("r-run", 1),)
-    ledger.dispatch(cut(), "r-run")
+    ledger.dispatch(live_cut(), "r-run")
     assert ledger.inventory("i0") == (Ep("r-run", 1),)
     assert not ledger.entry("r-run").restored
 
@@ -208,15 +199,15 @@ def test_inventory_names_restored_rollouts_by_their_replacement_attempt() -> Non
 def test_retired_clears_dropped_and_makes_finished_rollouts_forgettable() -> None:
     """Finished rollouts become forgettable once every dropped attempt was retired."""
     ledger = running_ledger()
-    ledger.fail(cut(), "r-run")
-    ledger.mint_next_attempt(cut(), "r-run")
-    ledger.dispatch(cut(), "r-run")
-    ledger.seal(cut(), "r-run")
+    ledger.fail(live_cut(), "r-run")
+    ledger.mint_next_attempt(live_cut(), "r-run")
+    ledger.dispatch(live_cut(), "r-run")
+    ledger.seal(live_cut(), "r-run")
     assert ledger.forgettable() == ("r-done",)
     ledger.retired("i0", (Ep("r-run", 0),))
     assert ledger.dropped_attempts("i0") == ()
     assert ledger.forgettable() == ("r-done", "r-run")
-    ledger.forgotten(cut(), ["r-done", "r-run"])
+    ledger.forgotten(live_cut(), ["r-done", "r-run"])
     assert [entry.rollout_id for entry in ledger.entries()] == ["r-new"]
     assert ledger.instances() == ("i1",)
     ledger.retired("i9", (Ep("r-x", 0),))  # nothing dropped there: no effect
@@ -228,16 +219,16 @@ def test_retired_clears_dropped_and_makes_finished_rollouts_forgettable() -> Non
 async def test_verify_passes_on_agreement() -> None:
     """Exported plus restarted episodes covering the inventory, with rows present, pass."""
     ledger = running_ledger()
-    ledger.reserve(cut(), "r-two", "i1")
-    ledger.dispatch(cut(), "r-two")
+    ledger.reserve(live_cut(), "r-two", "i1")
+    ledger.dispatch(live_cut(), "r-two")
     agreeing = contents(
         {"i0": (Ep("r-run", 0),)},
         restarts={"i1": (Ep("r-two", 0),)},
         staging_keys={"i0": ("s-run-1",)},
     )
-    await ledger.verify_against_cut(cut(), agreeing, data_plane=Rows({"s-run-1", "s-run-2"}))
+    await ledger.verify_against_cut(live_cut(), agreeing, data_plane=Rows({"s-run-1", "s-run-2"}))
     with_plane = RecoveryLedger.from_bytes(ledger.to_bytes(), data_plane=Rows({"s-run-1"}))
-    await with_plane.verify_against_cut(cut(), agreeing)
+    await with_plane.verify_against_cut(live_cut(), agreeing)
 
 
 async def test_verify_refuses_an_exported_episode_since_sealed() -> None:
@@ -245,17 +236,17 @@ async def test_verify_refuses_an_exported_episode_since_sealed() -> None:
     ledger = running_ledger()
     exported = contents({"i0": (Ep("r-run", 0), Ep("r-done", 0))})
     with pytest.raises(ProtocolViolation, match="no longer a live attempt"):
-        await ledger.verify_against_cut(cut(), exported)
+        await ledger.verify_against_cut(live_cut(), exported)
 
 
 async def test_verify_refuses_an_exported_episode_since_reminted() -> None:
     """An exported attempt the ledger has since replaced by a new attempt is refused."""
     ledger = running_ledger()
-    ledger.mint_next_attempt(cut(), "r-run")
-    ledger.dispatch(cut(), "r-run")
+    ledger.mint_next_attempt(live_cut(), "r-run")
+    ledger.dispatch(live_cut(), "r-run")
     stale = contents({"i0": (Ep("r-run", 0),)}, restarts={"i0": (Ep("r-run", 1),)})
     with pytest.raises(ProtocolViolation, match="no longer a live attempt"):
-        await ledger.verify_against_cut(cut(), stale)
+        await ledger.verify_against_cut(live_cut(), stale)
 
 
 async def test_verify_refuses_an_episode_owned_by_another_instance() -> None:
@@ -263,14 +254,14 @@ async def test_verify_refuses_an_episode_owned_by_another_instance() -> None:
     ledger = running_ledger()
     wrong = contents({"i0": (Ep("r-run", 0),), "i1": (Ep("r-run", 0),)})
     with pytest.raises(ProtocolViolation, match="places on i0"):
-        await ledger.verify_against_cut(cut(), wrong)
+        await ledger.verify_against_cut(live_cut(), wrong)
 
 
 async def test_verify_asks_for_a_retry_when_a_live_episode_is_missing() -> None:
     """A ledger-owned episode neither exported nor restarted is retryable (reply on the wire)."""
     ledger = running_ledger()
     with pytest.raises(GymCheckpointUnavailable) as info:
-        await ledger.verify_against_cut(cut(), contents({}))
+        await ledger.verify_against_cut(live_cut(), contents({}))
     assert "i0" in info.value.failures
 
 
@@ -279,7 +270,7 @@ async def test_verify_refuses_a_staging_key_missing_from_the_data_plane() -> Non
     ledger = running_ledger()
     keyed = contents({"i0": (Ep("r-run", 0),)}, staging_keys={"i0": ("s-run-1", "s-gone")})
     with pytest.raises(ProtocolViolation, match="s-gone"):
-        await ledger.verify_against_cut(cut(), keyed, data_plane=Rows({"s-run-1"}))
+        await ledger.verify_against_cut(live_cut(), keyed, data_plane=Rows({"s-run-1"}))
 
 
 async def test_verify_refuses_an_expired_cut() -> None:
@@ -294,7 +285,7 @@ async def test_verify_refuses_an_expired_cut() -> None:
 def restart_ledger() -> RecoveryLedger:
     """running_ledger plus r-fail (failed on i1) and r-lost (dispatched on i1, not restored)."""
     ledger = running_ledger()
-    c = cut()
+    c = live_cut()
     for rollout_id in ("r-fail", "r-lost"):
         ledger.reserve(c, rollout_id, "i1")
         ledger.dispatch(c, rollout_id)
@@ -310,7 +301,7 @@ def test_prepare_for_restart_continues_exactly_the_restored_triples() -> None:
         continued_attempts=frozenset({("i0", "r-run", 0)}),
         staging_keys=frozenset({"s-run-1", "s-extra"}),
     )
-    plan = ledger.prepare_for_restart(cut(), restored)
+    plan = ledger.prepare_for_restart(live_cut(), restored)
     assert plan.continued == (
         LedgerEntry(
             "r-run",
@@ -337,10 +328,10 @@ def test_abandoned_rollouts_restart_from_their_task_after_restored_ones() -> Non
     """restart_from_task gives an abandoned rollout a higher attempt, sent after restored ones."""
     ledger = restart_ledger()
     plan = ledger.prepare_for_restart(
-        cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
+        live_cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
     )
     for entry in plan.abandoned:
-        ledger.restart_from_task(cut(), entry.rollout_id)
+        ledger.restart_from_task(live_cut(), entry.rollout_id)
     restarted = ledger.entry("r-lost")
     assert restarted == LedgerEntry("r-lost", 1, "i1", LedgerStatus.RESERVED)
     order = [entry.rollout_id for entry in ledger.redispatch_order()]
@@ -352,9 +343,11 @@ def test_a_second_restore_continues_a_restored_attempt() -> None:
     """A rollout restored and snapshotted before re-sending is restorable again (attempt + 1)."""
     ledger = restart_ledger()
     triples = frozenset({("i0", "r-run", 0)})
-    ledger.prepare_for_restart(cut(), RestoredEnvironmentRollouts(continued_attempts=triples))
+    ledger.prepare_for_restart(live_cut(), RestoredEnvironmentRollouts(continued_attempts=triples))
     again = frozenset({("i0", "r-run", 1)})
-    plan = ledger.prepare_for_restart(cut(), RestoredEnvironmentRollouts(continued_attempts=again))
+    plan = ledger.prepare_for_restart(
+        live_cut(), RestoredEnvironmentRollouts(continued_attempts=again)
+    )
     assert [entry.episode for entry in plan.continued] == [Ep("r-run", 2)]
 
 
@@ -376,7 +369,7 @@ def test_prepare_for_restart_rejects_mismatched_triples(
     before = ledger.to_bytes()
     restored = RestoredEnvironmentRollouts(continued_attempts=frozenset({triple}))
     with pytest.raises(RestoreMismatch, match=reason) as info:
-        ledger.prepare_for_restart(cut(), restored)
+        ledger.prepare_for_restart(live_cut(), restored)
     assert isinstance(info.value, ProtocolViolation)
     assert len(info.value.mismatches) == 1
     assert ledger.to_bytes() == before
@@ -387,7 +380,9 @@ def test_prepare_for_restart_rejects_a_rollout_restored_twice() -> None:
     ledger = restart_ledger()
     triples = frozenset({("i0", "r-run", 0), ("i1", "r-run", 0)})
     with pytest.raises(RestoreMismatch):
-        ledger.prepare_for_restart(cut(), RestoredEnvironmentRollouts(continued_attempts=triples))
+        ledger.prepare_for_restart(
+            live_cut(), RestoredEnvironmentRollouts(continued_attempts=triples)
+        )
 
 
 # ---- save and load -------------------------------------------------------------
@@ -397,7 +392,7 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     """A saved ledger loads back equal, in the same order, with its dropped attempts."""
     ledger = restart_ledger()
     ledger.prepare_for_restart(
-        cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
+        live_cut(), RestoredEnvironmentRollouts(continued_attempts=frozenset({("i0", "r-run", 0)}))
     )
     path = tmp_path / "ledger.json"
     written = ledger.save(path)
@@ -539,16 +534,16 @@ class LedgerMachine(RuleBasedStateMachine):
         keys = data.draw(st.sets(st.sampled_from(KEYS), max_size=2))
         instance = data.draw(st.none() | st.sampled_from(INSTANCES))
         calls: dict[str, Callable[[], object]] = {
-            "dispatch": lambda: self.ledger.dispatch(cut(), rollout_id),
-            "add_staging_keys": lambda: self.ledger.add_staging_keys(cut(), rollout_id, keys),
-            "seal": lambda: self.ledger.seal(cut(), rollout_id),
-            "fail": lambda: self.ledger.fail(cut(), rollout_id),
-            "abandon": lambda: self.ledger.abandon(cut(), rollout_id),
+            "dispatch": lambda: self.ledger.dispatch(live_cut(), rollout_id),
+            "add_staging_keys": lambda: self.ledger.add_staging_keys(live_cut(), rollout_id, keys),
+            "seal": lambda: self.ledger.seal(live_cut(), rollout_id),
+            "fail": lambda: self.ledger.fail(live_cut(), rollout_id),
+            "abandon": lambda: self.ledger.abandon(live_cut(), rollout_id),
             "mint_next_attempt": lambda: self.ledger.mint_next_attempt(
-                cut(), rollout_id, instance_id=instance
+                live_cut(), rollout_id, instance_id=instance
             ),
             "restart_from_task": lambda: self.ledger.restart_from_task(
-                cut(), rollout_id, instance_id=instance
+                live_cut(), rollout_id, instance_id=instance
             ),
         }
         if not legal:
@@ -577,10 +572,10 @@ class LedgerMachine(RuleBasedStateMachine):
         if rollout_id in self.refs:
             before = self.ledger.to_bytes()
             with pytest.raises(LedgerError):
-                self.ledger.reserve(cut(), rollout_id, instance)
+                self.ledger.reserve(live_cut(), rollout_id, instance)
             assert self.ledger.to_bytes() == before
             return
-        self.ledger.reserve(cut(), rollout_id, instance)
+        self.ledger.reserve(live_cut(), rollout_id, instance)
         self.refs[rollout_id] = Ref(0, instance, "reserved")
 
     @initialize(data=st.data())
@@ -641,7 +636,7 @@ class LedgerMachine(RuleBasedStateMachine):
         )
         expected = [r for r in expected if r not in pending]
         assert list(self.ledger.forgettable()) == expected
-        self.ledger.forgotten(cut(), expected)
+        self.ledger.forgotten(live_cut(), expected)
         for rollout_id in expected:
             del self.refs[rollout_id]
 
@@ -658,12 +653,12 @@ class LedgerMachine(RuleBasedStateMachine):
             before = self.ledger.to_bytes()
             with pytest.raises(RestoreMismatch):
                 self.ledger.prepare_for_restart(
-                    cut(), RestoredEnvironmentRollouts(frozenset(triples | {bad}))
+                    live_cut(), RestoredEnvironmentRollouts(frozenset(triples | {bad}))
                 )
             assert self.ledger.to_bytes() == before
             return
         plan = self.ledger.prepare_for_restart(
-            cut(), RestoredEnvironmentRollouts(frozenset(triples), frozenset(restored_keys))
+            live_cut(), RestoredEnvironmentRollouts(frozenset(triples), frozenset(restored_keys))
         )
         abandoned: set[str] = set()
         for rollout_id, ref in self.refs.items():

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,13 +14,6 @@ from envckpt.trainer.job_errors import SnapshotsFailing
 from envckpt.trainer.snapshot_loop import SnapshotPolicy
 
 from helpers.snapshot_rig import Rig, assert_finished_correctly
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 def break_snapshots(rig: Rig) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -23,13 +21,6 @@ from envckpt.trainer.snapshot_telemetry import (
 from helpers.snapshot_rig import PARTICIPANTS, Rig, mid_flight, running
 
 DOCUMENTED = {name for name, _, _ in names.SNAPSHOT_METRICS}
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 async def test_a_real_snapshot_s_record_names_who_held_it(rig: Rig) -> None:

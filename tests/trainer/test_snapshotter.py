@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ from envckpt.interfaces import MutationCut, NoEnvironmentCheckpoint
 from envckpt.sim.gym import (
     AGENT_SERVER,
 )
-from envckpt.trainer.barrier import DataPlaneBarrier
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.ledger import LedgerStatus, RecoveryLedger
 from envckpt.trainer.results import RESULTS_SIDECAR
@@ -40,16 +39,10 @@ from helpers.snapshot_rig import (
     Rig,
     ShiftedClock,
     assert_finished_correctly,
+    dispatched_r1,
     mid_flight,
     running,
 )
-
-
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    rig = Rig(tmp_path).fresh()
-    yield rig
-    rig.plane.close()
 
 
 async def test_a_snapshot_publishes_a_verified_directory_with_every_part(rig: Rig) -> None:
@@ -337,12 +330,8 @@ async def test_without_environment_state_a_snapshot_still_saves_the_trainer_stat
     tmp_path: Path,
 ) -> None:
     """With NoEnvironmentCheckpoint the data plane and ledger are still saved and published."""
-    barrier = DataPlaneBarrier()
-    with SqliteDataPlane(tmp_path / "live.sqlite") as plane:
-        ledger = RecoveryLedger(data_plane=plane)
+    async with dispatched_r1(tmp_path / "live.sqlite") as (barrier, plane, ledger):
         async with barrier.mutation() as cut:
-            ledger.reserve(cut, "r1", "shard/replica-0")
-            ledger.dispatch(cut, "r1")
             plane.put(cut, "r1/t0", "r1", b"row")
             ledger.add_staging_keys(cut, "r1", ["r1/t0"])
         snapshotter = RolloutSnapshotter(

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from envckpt.demo.gym_hosting import JobTokens
+from envckpt.demo.processes import start_job
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
@@ -172,24 +169,11 @@ def test_a_trainer_process_with_every_snapshot_refused_exits_3_one_line_each(
     ids = _all_refused_root(settings.directory)
     save_settings(settings, settings.directory / SETTINGS_NAME)
     before = tree_state(settings.directory / "snapshots")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "envckpt.demo.trainer_process",
-            "--config",
-            str(settings.directory / SETTINGS_NAME),
-            "--incarnation",
-            "1",
-        ],
-        env={**os.environ, **JobTokens.fresh().trainer_env()},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == int(JobExit.START_REFUSED), done.stderr
-    [head, *lines] = done.stderr.splitlines()
+    trainer = start_job(settings, 1)  # as the demo starts it; its output goes to a log
+    code = trainer.wait(timeout=180)
+    output = (settings.directory / "trainer-1.out").read_text()
+    assert code == int(JobExit.START_REFUSED), output
+    [head, *lines] = output.splitlines()
     assert head.startswith("envckpt trainer: every snapshot in ") and "--allow-fresh-start" in head
     assert [line.split(":")[0] for line in lines] == [f"  refused {ids[1]}", f"  refused {ids[0]}"]
     assert all("ledger" in line for line in lines)

@@ -10,7 +10,7 @@ import pytest
 from envckpt.errors import CorruptCheckpoint
 from envckpt.participant.store import MANIFEST_NAME, participant_dir, records_path
 
-from helpers.store_files import pdir, read, rewrite_manifest, write
+from helpers.store_files import move_behind_symlink, pdir, read, rewrite_manifest, write
 
 
 def test_participant_dir_layout_and_validation(tmp_path: Path) -> None:
@@ -38,10 +38,7 @@ def test_records_file_outside_directory_is_corrupt(tmp_path: Path, records_file:
 def test_records_file_symlink_outside_directory_is_corrupt(tmp_path: Path) -> None:
     """A records file that is a symlink leading out of the directory is refused."""
     manifest = write(tmp_path)
-    path = records_path(tmp_path, manifest)
-    outside = tmp_path / "outside.jsonl"
-    path.rename(outside)
-    path.symlink_to(outside)
+    move_behind_symlink(records_path(tmp_path, manifest), tmp_path / "outside.jsonl")
     with pytest.raises(CorruptCheckpoint, match="escapes"):
         read(tmp_path)
 

@@ -28,6 +28,7 @@ from helpers.store_files import (
     INSTANCE,
     KIND,
     RECORDS,
+    move_behind_symlink,
     pdir,
     read,
     restore,
@@ -240,10 +241,7 @@ def test_manifest_not_json_is_corrupt(tmp_path: Path) -> None:
 def test_symlinked_manifest_is_corrupt(tmp_path: Path) -> None:
     """A manifest.json that is a symlink is refused."""
     write(tmp_path)
-    path = pdir(tmp_path) / MANIFEST_NAME
-    real = tmp_path / "elsewhere.json"
-    path.rename(real)
-    path.symlink_to(real)
+    move_behind_symlink(pdir(tmp_path) / MANIFEST_NAME, tmp_path / "elsewhere.json")
     with pytest.raises(CorruptCheckpoint, match="manifest is a symbolic link"):
         read(tmp_path)
 

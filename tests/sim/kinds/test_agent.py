@@ -201,14 +201,20 @@ async def test_a_run_with_another_task_than_its_session_is_refused() -> None:
     assert caught.value.code == "invalid_request"
 
 
-async def test_a_retired_attempt_is_refused_with_stale_attempt() -> None:
-    """A run of a retired attempt ends with stale_attempt and leaves no session."""
+@pytest.mark.parametrize(
+    "retired_by", ["agent", "model"], ids=["retired-on-the-agent", "stale-at-the-model-callee"]
+)
+async def test_a_retired_attempt_is_refused_with_stale_attempt(retired_by: str) -> None:
+    """A run of an attempt retired on the agent ends with stale_attempt and leaves no
+    session; stale_attempt from a callee (the model) ends the run rather than parking it."""
     s = servers()
-    await s.agent.core.retire("x1", deadline_ts=deadline(), episode_ids=[Ep("r", 0)])
+    core = s.agent.core if retired_by == "agent" else s.model.core
+    await core.retire("x1", deadline_ts=deadline(), episode_ids=[Ep("r", 0)])
     with pytest.raises(ParticipantError) as caught:
         await s.agent.run(run_request(Ep("r", 0), TASK))
     assert caught.value.code == "stale_attempt"
-    assert s.agent.sessions() == {}
+    if retired_by == "agent":  # the agent's own retire also drops the session
+        assert s.agent.sessions() == {}
 
 
 async def test_retire_stops_a_running_run_and_frees_its_session() -> None:
@@ -223,15 +229,6 @@ async def test_retire_stops_a_running_run_and_frees_its_session() -> None:
     assert caught.value.code == "stale_attempt"
     assert "r" not in s.agent.sessions() and Ep("r", 0) not in s.agent.running()
     assert (await other)["status"] == "completed"
-
-
-async def test_a_stale_model_ends_the_run_with_stale_attempt() -> None:
-    """stale_attempt from a callee ends the run rather than parking it."""
-    s = servers()
-    await s.model.core.retire("x1", deadline_ts=deadline(), episode_ids=[Ep("r", 0)])
-    with pytest.raises(ParticipantError) as caught:
-        await s.agent.run(run_request(Ep("r", 0), TASK))
-    assert caught.value.code == "stale_attempt"
 
 
 def _valid_state() -> dict[str, Any]:
