@@ -24,8 +24,9 @@ What can go wrong, by what the caller can do about it:
 * ``BadReply``: h11 refuses the reply (``RemoteProtocolError``: a malformed
   status line, header or chunk, a header block over ``max_header_bytes``...),
   or it is not one a control call accepts: a version other than HTTP/1.0 or
-  1.1, ``101 Switching Protocols``, both Transfer-Encoding and Content-Length
-  (a smuggling shape), or a body over ``max_body_bytes``.
+  1.1, ``101 Switching Protocols``, a control character in a header value or
+  the reason phrase, both Transfer-Encoding and Content-Length (a smuggling
+  shape), or a body over ``max_body_bytes``.
 
 The socket's writes are one ``transport.write`` per request (head and body
 joined); TCP_NODELAY is set, so a small request goes out at once.
@@ -34,9 +35,10 @@ joined); TCP_NODELAY is set, so a small request goes out at once.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -48,6 +50,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 Headers = list[tuple[bytes, bytes]]
 
 _VERSIONS = (b"1.1", b"1.0")
+
+# RFC 9110 5.5 and 9112 4: no control character but HTAB in a field value or
+# the reason phrase. h11 refuses only NUL, CR and LF there.
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class BadReply(Exception):
@@ -296,8 +302,10 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
             status = event.status_code
             headers = _final_head(event, limits)
         elif type(event) is h11.EndOfMessage:
+            _refuse_controls(b"", event.headers)  # the trailers of a chunked body
             return HttpResponse(status, headers, b"".join(chunks))
         elif type(event) is h11.InformationalResponse:
+            _refuse_controls(event.reason, event.headers)
             if event.status_code == 101:
                 raise BadReply("101 Switching Protocols is not a reply to a control call")
             # 100 Continue, 103 Early Hints...: the final reply follows.
@@ -310,6 +318,7 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
 def _final_head(event: h11.Response, limits: ReplyLimits) -> dict[str, str]:
     if event.http_version not in _VERSIONS:
         raise BadReply(f"HTTP/{event.http_version.decode()} is not HTTP/1.0 or HTTP/1.1")
+    _refuse_controls(event.reason, event.headers)
     headers: dict[str, str] = {}
     # h11 bounds only a head still incomplete; this bounds one that came whole.
     # "HTTP/1.1 200 reason\r\n", "name: value\r\n" each, the empty line.
@@ -328,6 +337,11 @@ def _final_head(event: h11.Response, limits: ReplyLimits) -> dict[str, str]:
     if length is not None and int(length) > limits.max_body_bytes:  # h11 checked the digits
         raise BadReply(f"reply body of {length} bytes, over {limits.max_body_bytes}")
     return headers
+
+
+def _refuse_controls(reason: bytes, fields: Iterable[tuple[bytes, bytes]]) -> None:
+    if _CONTROL.search(reason) or any(_CONTROL.search(value) for _, value in fields):
+        raise BadReply("a control character in the reply's status line or a header value")
 
 
 def _cut_short(wire: Wire, reason: str) -> ServerDisconnected:
