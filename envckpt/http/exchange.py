@@ -22,11 +22,13 @@ What can go wrong, by what the caller can do about it:
   reply arrived; ``stale`` when the socket was a pooled one (``reused``) and
   not a byte of the reply had come, so the request may be sent again.
 * ``BadReply``: h11 refuses the reply (``RemoteProtocolError``: a malformed
-  status line, header or chunk, a header block over ``max_header_bytes``...),
-  or it is not one a control call accepts: a version other than HTTP/1.0 or
-  1.1, ``101 Switching Protocols``, a control character in a header value or
-  the reason phrase, both Transfer-Encoding and Content-Length (a smuggling
-  shape), or a body over ``max_body_bytes``.
+  status line such as ``HTTP/1.x`` or a status ``099``, a malformed header or
+  chunk, a transfer coding but a single ``chunked``, ``101`` to a request
+  that asked no upgrade, a header block over ``max_header_bytes``...), or it
+  is not one a control call accepts: a version other than HTTP/1.0 or 1.1, a
+  control character in a header value or the reason phrase, both
+  Transfer-Encoding and Content-Length (a smuggling shape), or a body over
+  ``max_body_bytes``.
 
 The socket's writes are one ``transport.write`` per request (head and body
 joined); TCP_NODELAY is set, so a small request goes out at once.
@@ -306,8 +308,6 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
             return HttpResponse(status, headers, b"".join(chunks))
         elif type(event) is h11.InformationalResponse:
             _refuse_controls(event.reason, event.headers)
-            if event.status_code == 101:
-                raise BadReply("101 Switching Protocols is not a reply to a control call")
             # 100 Continue, 103 Early Hints...: the final reply follows.
         elif type(event) is h11.ConnectionClosed:
             raise _cut_short(wire, "the server closed the connection")
