@@ -40,7 +40,7 @@ import asyncio
 import re
 import socket
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -91,11 +91,16 @@ class ReplyLimits:
 
 @dataclass(frozen=True, slots=True)
 class HttpResponse:
-    """A whole reply: status, headers (names lower-cased, repeats joined by ``, ``), body."""
+    """A whole reply: status, headers (names lower-cased, repeats joined by ``, ``), body.
+
+    ``fields`` are the headers as they came, one pair each (names lower-cased):
+    what a proxy passes on (two ``Set-Cookie`` headers do not join).
+    """
 
     status: int
     headers: Mapping[str, str]
     body: bytes
+    fields: Sequence[tuple[bytes, bytes]] = ()
 
 
 class Wire(asyncio.Protocol):
@@ -196,19 +201,27 @@ class Wire(asyncio.Protocol):
 
 
 async def connect(
-    host: str, port: int, *, limits: ReplyLimits, ssl_context: ssl.SSLContext | None
+    host: str,
+    port: int,
+    *,
+    limits: ReplyLimits,
+    ssl_context: ssl.SSLContext | None,
+    unix_socket: str | None = None,
 ) -> Wire:
-    """A new ``Wire`` to ``host:port`` (TLS when ``ssl_context`` is given), with TCP_NODELAY.
+    """A new ``Wire`` to ``host:port`` (TLS when ``ssl_context`` is given), with TCP_NODELAY;
+    to the Unix socket ``unix_socket`` instead when it is given.
 
     Raises ``OSError`` (``ssl.SSLError`` included) as the event loop does.
     """
     loop = asyncio.get_running_loop()
+    server_hostname = host if ssl_context is not None else None
+    if unix_socket is not None:
+        _, wire = await loop.create_unix_connection(
+            lambda: Wire(limits), unix_socket, ssl=ssl_context, server_hostname=server_hostname
+        )
+        return wire
     _, wire = await loop.create_connection(
-        lambda: Wire(limits),
-        host,
-        port,
-        ssl=ssl_context,
-        server_hostname=host if ssl_context is not None else None,
+        lambda: Wire(limits), host, port, ssl=ssl_context, server_hostname=server_hostname
     )
     sock = wire.transport.get_extra_info("socket") if wire.transport is not None else None
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -273,6 +286,7 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
     connection = wire.h11
     status = 0
     headers: dict[str, str] = {}
+    fields: Sequence[tuple[bytes, bytes]] = ()
     chunks: list[bytes] = []
     size = 0
     eof_given = False
@@ -303,9 +317,10 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
         elif type(event) is h11.Response:
             status = event.status_code
             headers = _final_head(event, limits)
+            fields = event.headers
         elif type(event) is h11.EndOfMessage:
             _refuse_controls(b"", event.headers)  # the trailers of a chunked body
-            return HttpResponse(status, headers, b"".join(chunks))
+            return HttpResponse(status, headers, b"".join(chunks), fields)
         elif type(event) is h11.InformationalResponse:
             _refuse_controls(event.reason, event.headers)
             # 100 Continue, 103 Early Hints...: the final reply follows.

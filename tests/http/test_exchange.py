@@ -6,6 +6,7 @@ import asyncio
 import pickle
 import socket
 import threading
+from pathlib import Path
 
 import h11
 import pytest
@@ -226,3 +227,36 @@ async def test_connecting_to_a_closed_port_is_an_os_error() -> None:
         port = sock.getsockname()[1]
         with pytest.raises(OSError):
             await connect("127.0.0.1", port, limits=LIMITS, ssl_context=None)
+
+
+async def test_fields_keep_repeated_headers_apart() -> None:
+    """What a proxy passes on: two Set-Cookie headers stay two pairs, in order."""
+    reply = ok(extra=b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n")
+    with RawHttpServer([[reply]]) as server:
+        wire = await wire_to(server)
+        response, _ = await get(wire)
+        await closed(wire)
+    assert [pair for pair in response.fields if pair[0] == b"set-cookie"] == [
+        (b"set-cookie", b"a=1"),
+        (b"set-cookie", b"b=2"),
+    ]
+
+
+async def test_a_wire_over_a_unix_socket(tmp_path: Path) -> None:
+    """With ``unix_socket`` the exchange goes over that socket (calls between workers)."""
+    path = str(tmp_path / "w.sock")
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(ok(b"[7]"))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(handle, path)
+    async with server:
+        wire = await connect("worker", 80, limits=LIMITS, ssl_context=None, unix_socket=path)
+        response, _ = await get(wire)
+        await closed(wire)
+    assert response.body == b"[7]"
+    assert seen == [b"GET /x HTTP/1.1\r\nHost: test\r\n\r\n"]
