@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 EXTRAS = {
-    "http": ("fastapi", "uvicorn", "httpx", "aiohttp", "orjson"),
+    "http": ("fastapi", "uvicorn", "orjson"),
     "ray": ("ray",),
     "gym": ("nemo_gym",),
     "prometheus": ("prometheus_client",),

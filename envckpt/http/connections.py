@@ -13,7 +13,8 @@ are framed by h11 (``exchange.py``)::
     response.status, response.body       # the reply, read whole
     await pool.aclose()
 
-Connections are kept per ``Origin`` (scheme, host, port), at most
+Connections are kept per ``Origin`` (scheme, host, port, or a Unix socket
+for calls between the workers of one server), at most
 ``max_connections`` open in all, reused most-recent first, and dropped when
 idle ``keepalive_seconds``, when the peer closed them or sent bytes while
 idle, or when h11 does not report the exchange complete on both sides
@@ -74,11 +75,16 @@ class ConnectFailed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Origin:
-    """Where connections go: scheme, host (no brackets) and port."""
+    """Where connections go: scheme, host (no brackets) and port.
+
+    With ``unix_socket``, connections go to that Unix socket instead (host
+    and port then name the server only in the ``Host`` header).
+    """
 
     scheme: str
     host: str
     port: int
+    unix_socket: str | None = None
 
     @classmethod
     def from_url(cls, url: str) -> Origin:
@@ -143,12 +149,13 @@ class ConnectionPool:
         headers: Headers,
         body: bytes | None,
         *,
-        deadline: float,
+        deadline: float | None,
     ) -> HttpResponse:
         """Send one request to ``origin`` and read the reply, by ``deadline``.
 
         ``headers`` carry ``Host`` and the rest but the length (added for a
-        ``body``); ``deadline`` is on the running loop's clock (``loop.time()``).
+        ``body``); ``deadline`` is on the running loop's clock (``loop.time()``),
+        ``None`` for none (a forwarded call that lasts as long as its rollout).
         """
         connection = await self._acquire(origin, deadline)
         try:
@@ -185,7 +192,7 @@ class ConnectionPool:
 
     # -- connections in and out -------------------------------------------------
 
-    async def _acquire(self, origin: Origin, deadline: float) -> Wire:
+    async def _acquire(self, origin: Origin, deadline: float | None) -> Wire:
         while True:
             if self._closed:
                 raise ConnectFailed("the connection pool is closed")
@@ -221,7 +228,7 @@ class ConnectionPool:
         self._close(oldest.pop(0))
         return True
 
-    async def _wait_for_room(self, deadline: float) -> None:
+    async def _wait_for_room(self, deadline: float | None) -> None:
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         try:
@@ -241,20 +248,24 @@ class ConnectionPool:
                 waiter.set_result(None)
                 return
 
-    async def _open(self, origin: Origin, deadline: float) -> Wire:
+    async def _open(self, origin: Origin, deadline: float | None) -> Wire:
         loop = asyncio.get_running_loop()
+        connect_by = loop.time() + self._connect_timeout
+        if deadline is not None:
+            connect_by = min(deadline, connect_by)
         self._opening += 1
         try:
             try:
-                async with asyncio.timeout_at(min(deadline, loop.time() + self._connect_timeout)):
+                async with asyncio.timeout_at(connect_by):
                     connection = await connect(
                         origin.host,
                         origin.port,
                         limits=self._limits,
                         ssl_context=self._tls() if origin.scheme == "https" else None,
+                        unix_socket=origin.unix_socket,
                     )
             except TimeoutError as error:
-                where = f"{origin.host}:{origin.port}"
+                where = origin.unix_socket or f"{origin.host}:{origin.port}"
                 raise ConnectFailed(f"timed out connecting to {where}") from error
             except OSError as error:  # refused, unreachable, name not found, TLS failure
                 raise ConnectFailed(f"{type(error).__name__}: {error}") from error

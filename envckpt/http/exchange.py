@@ -22,10 +22,13 @@ What can go wrong, by what the caller can do about it:
   reply arrived; ``stale`` when the socket was a pooled one (``reused``) and
   not a byte of the reply had come, so the request may be sent again.
 * ``BadReply``: h11 refuses the reply (``RemoteProtocolError``: a malformed
-  status line, header or chunk, a header block over ``max_header_bytes``...),
-  or it is not one a control call accepts: a version other than HTTP/1.0 or
-  1.1, ``101 Switching Protocols``, both Transfer-Encoding and Content-Length
-  (a smuggling shape), or a body over ``max_body_bytes``.
+  status line such as ``HTTP/1.x`` or a status ``099``, a malformed header or
+  chunk, a transfer coding but a single ``chunked``, ``101`` to a request
+  that asked no upgrade, a header block over ``max_header_bytes``...), or it
+  is not one a control call accepts: a version other than HTTP/1.0 or 1.1, a
+  control character in a header value or the reason phrase, both
+  Transfer-Encoding and Content-Length (a smuggling shape), or a body over
+  ``max_body_bytes``.
 
 The socket's writes are one ``transport.write`` per request (head and body
 joined); TCP_NODELAY is set, so a small request goes out at once.
@@ -34,9 +37,10 @@ joined); TCP_NODELAY is set, so a small request goes out at once.
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -48,6 +52,10 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 Headers = list[tuple[bytes, bytes]]
 
 _VERSIONS = (b"1.1", b"1.0")
+
+# RFC 9110 5.5 and 9112 4: no control character but HTAB in a field value or
+# the reason phrase. h11 refuses only NUL, CR and LF there.
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class BadReply(Exception):
@@ -83,11 +91,16 @@ class ReplyLimits:
 
 @dataclass(frozen=True, slots=True)
 class HttpResponse:
-    """A whole reply: status, headers (names lower-cased, repeats joined by ``, ``), body."""
+    """A whole reply: status, headers (names lower-cased, repeats joined by ``, ``), body.
+
+    ``fields`` are the headers as they came, one pair each (names lower-cased):
+    what a proxy passes on (two ``Set-Cookie`` headers do not join).
+    """
 
     status: int
     headers: Mapping[str, str]
     body: bytes
+    fields: Sequence[tuple[bytes, bytes]] = ()
 
 
 class Wire(asyncio.Protocol):
@@ -188,19 +201,27 @@ class Wire(asyncio.Protocol):
 
 
 async def connect(
-    host: str, port: int, *, limits: ReplyLimits, ssl_context: ssl.SSLContext | None
+    host: str,
+    port: int,
+    *,
+    limits: ReplyLimits,
+    ssl_context: ssl.SSLContext | None,
+    unix_socket: str | None = None,
 ) -> Wire:
-    """A new ``Wire`` to ``host:port`` (TLS when ``ssl_context`` is given), with TCP_NODELAY.
+    """A new ``Wire`` to ``host:port`` (TLS when ``ssl_context`` is given), with TCP_NODELAY;
+    to the Unix socket ``unix_socket`` instead when it is given.
 
     Raises ``OSError`` (``ssl.SSLError`` included) as the event loop does.
     """
     loop = asyncio.get_running_loop()
+    server_hostname = host if ssl_context is not None else None
+    if unix_socket is not None:
+        _, wire = await loop.create_unix_connection(
+            lambda: Wire(limits), unix_socket, ssl=ssl_context, server_hostname=server_hostname
+        )
+        return wire
     _, wire = await loop.create_connection(
-        lambda: Wire(limits),
-        host,
-        port,
-        ssl=ssl_context,
-        server_hostname=host if ssl_context is not None else None,
+        lambda: Wire(limits), host, port, ssl=ssl_context, server_hostname=server_hostname
     )
     sock = wire.transport.get_extra_info("socket") if wire.transport is not None else None
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -265,6 +286,7 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
     connection = wire.h11
     status = 0
     headers: dict[str, str] = {}
+    fields: Sequence[tuple[bytes, bytes]] = ()
     chunks: list[bytes] = []
     size = 0
     eof_given = False
@@ -295,11 +317,12 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
         elif type(event) is h11.Response:
             status = event.status_code
             headers = _final_head(event, limits)
+            fields = event.headers
         elif type(event) is h11.EndOfMessage:
-            return HttpResponse(status, headers, b"".join(chunks))
+            _refuse_controls(b"", event.headers)  # the trailers of a chunked body
+            return HttpResponse(status, headers, b"".join(chunks), fields)
         elif type(event) is h11.InformationalResponse:
-            if event.status_code == 101:
-                raise BadReply("101 Switching Protocols is not a reply to a control call")
+            _refuse_controls(event.reason, event.headers)
             # 100 Continue, 103 Early Hints...: the final reply follows.
         elif type(event) is h11.ConnectionClosed:
             raise _cut_short(wire, "the server closed the connection")
@@ -310,6 +333,7 @@ async def _read_reply(wire: Wire, limits: ReplyLimits) -> HttpResponse:
 def _final_head(event: h11.Response, limits: ReplyLimits) -> dict[str, str]:
     if event.http_version not in _VERSIONS:
         raise BadReply(f"HTTP/{event.http_version.decode()} is not HTTP/1.0 or HTTP/1.1")
+    _refuse_controls(event.reason, event.headers)
     headers: dict[str, str] = {}
     # h11 bounds only a head still incomplete; this bounds one that came whole.
     # "HTTP/1.1 200 reason\r\n", "name: value\r\n" each, the empty line.
@@ -328,6 +352,11 @@ def _final_head(event: h11.Response, limits: ReplyLimits) -> dict[str, str]:
     if length is not None and int(length) > limits.max_body_bytes:  # h11 checked the digits
         raise BadReply(f"reply body of {length} bytes, over {limits.max_body_bytes}")
     return headers
+
+
+def _refuse_controls(reason: bytes, fields: Iterable[tuple[bytes, bytes]]) -> None:
+    if _CONTROL.search(reason) or any(_CONTROL.search(value) for _, value in fields):
+        raise BadReply("a control character in the reply's status line or a header value")
 
 
 def _cut_short(wire: Wire, reason: str) -> ServerDisconnected:

@@ -11,6 +11,7 @@ decoder recurses once per level and would raise a bare ``RecursionError``
     reply = control_reply(200, b'{"kind": "model"}')     # ControlReply(200, {...}, raw=...)
     control_reply(200, b"[" * 100_000)                    # TransportFailure
 
+A body that is not UTF-8, or holds the literal NaN or Infinity, is not JSON (``None``).
 Any other failure while decoding is the same ``TransportFailure``: nothing
 but that and ``None`` ever leaves here.
 """
@@ -32,6 +33,11 @@ MAX_REPLY_DEPTH = 64
 # A whole string (escapes included), a lone quote (an unterminated string),
 # or a bracket: brackets inside strings do not nest.
 _TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|["\[\]{}]')
+
+# orjson reads an integer beyond 64 bits as a float and loses its last digits;
+# a body holding a run of 19 digits or more (only there can such an integer
+# be) is read by the standard library, which reads integers exactly.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def nests_deeper(data: bytes, limit: int = MAX_REPLY_DEPTH) -> bool:
@@ -61,17 +67,16 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def decode_reply(data: bytes, text: str) -> Any:
+def decode_reply(data: bytes) -> Any:
     """The JSON value of a reply body, ``None`` if it is not JSON; ``TransportFailure`` else."""
     if nests_deeper(data):
         raise TransportFailure(f"the reply body nests deeper than {MAX_REPLY_DEPTH} levels")
     try:
-        try:
+        if _LONG_DIGITS.search(data) is None:
             return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            # orjson refuses some valid JSON (integers beyond 64 bits); NaN stays refused.
-            return json.loads(text, parse_constant=_refuse_constant)
-    except ValueError:
+        # JSON is UTF-8 (RFC 8259 8.1): a body that is not is not JSON.
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except ValueError:  # orjson.JSONDecodeError and UnicodeDecodeError are ValueErrors
         return None  # not JSON: the raw text tells the coordinator what came
     except (RecursionError, MemoryError, TypeError) as error:
         raise TransportFailure(f"the reply body cannot be decoded: {error!r}") from error
@@ -80,4 +85,4 @@ def decode_reply(data: bytes, text: str) -> Any:
 def control_reply(status: int, data: bytes) -> ControlReply:
     """``ControlReply`` of a status and body: parsed JSON (or ``None``) and the raw text."""
     text = data.decode("utf-8", errors="replace")
-    return ControlReply(status, decode_reply(data, text), raw=text)
+    return ControlReply(status, decode_reply(data), raw=text)

@@ -10,7 +10,9 @@ task's own fields); the attempt rides in ``_ng_rollout_id`` and
 reply is summarized (reward, final text, staging keys, the agent's envckpt
 record): the token rows reach the trainer through the data plane, so results
 stay small. A refusal in the protocol's envelope raises that
-``ParticipantError`` (the job re-mints a ``stale_attempt``).
+``ParticipantError`` (the job re-mints a ``stale_attempt``); a reply that is
+not a JSON object is ``checkpoint_error``; no reply raises what
+``http.json_client.JsonClient`` raises (``ConnectFailed``, ``TimeoutError``...).
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import error_from_reply
 from envckpt.http.closing import AsyncCloseable
+from envckpt.http.json_client import JsonClient
 from envckpt.nemo_gym.run_state import ATTEMPT_KEY, ROLLOUT_ID_KEY
 
 DEFAULT_RUN_TIMEOUT = 3600.0
@@ -72,21 +73,23 @@ class NemoGymBackend(AsyncCloseable):
     """``RolloutBackend``: each instance's agent ``/run`` over its own connection pool."""
 
     def __init__(self, agents: Mapping[str, str], *, timeout: float = DEFAULT_RUN_TIMEOUT) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
         self.agents = {instance: url.rstrip("/") for instance, url in agents.items()}
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=256),
-            trust_env=False,
-        )
+        self._timeout = timeout
+        self._client = JsonClient(max_connections=256)
 
     async def run(
         self, instance_id: str, episode: EnvironmentEpisode, task: Mapping[str, Any]
     ) -> dict[str, Any]:
         url = f"{self.agents[instance_id]}/run"
-        reply = await self._client.post(url, json=run_body(task, episode))
-        if reply.status_code != 200:
-            raise error_from_reply(reply.status_code, reply.text)
-        return summarize(reply.json())
+        reply = await self._client.post(url, run_body(task, episode), timeout=self._timeout)
+        if reply.status != 200:
+            raise error_from_reply(reply.status, reply.text)
+        result = reply.json()
+        if not isinstance(result, Mapping):
+            raise error_from_reply(reply.status, f"not a JSON object: {reply.text}")
+        return summarize(result)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -20,12 +20,13 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from envckpt import logs
 from envckpt.errors import ParticipantError, error_from_reply
+from envckpt.http.connections import BadReply, ConnectFailed, ServerDisconnected
+from envckpt.http.json_client import JsonClient
 from envckpt.nemo_gym.gate import envelope_response
 from envckpt.participant import edge
 
@@ -40,8 +41,8 @@ class HttpRowStager:
 
     def __init__(self, url: str, *, token: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url
-        self._headers = {"Authorization": f"Bearer {edge.check_token(token)}"}
-        self._client = httpx.AsyncClient(timeout=timeout, trust_env=False)
+        self._timeout = timeout
+        self._client = JsonClient(headers={"Authorization": f"Bearer {edge.check_token(token)}"})
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
         return f"HttpRowStager(url={self.url!r})"
@@ -49,13 +50,13 @@ class HttpRowStager:
     async def stage(self, capture_key: str, staging_key: str, payload: str) -> None:
         body = {"capture_key": capture_key, "staging_key": staging_key, "payload": payload}
         try:
-            reply = await self._client.post(self.url, json=body, headers=self._headers)
-        except httpx.HTTPError as error:
+            reply = await self._client.post(self.url, body, timeout=self._timeout)
+        except (ConnectFailed, ServerDisconnected, BadReply, TimeoutError) as error:
             raise ParticipantError(
                 "checkpoint_error", f"staging {staging_key}: {type(error).__name__}: {error}"
             ) from error
-        if reply.status_code != 200:
-            raise error_from_reply(reply.status_code, reply.text)
+        if reply.status != 200:
+            raise error_from_reply(reply.status, reply.text)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -1,12 +1,14 @@
 """Data-plane clients over HTTP: how the agent reaches the model and the tool, and more.
 
-Each client owns its own ``httpx.AsyncClient`` (rollout traffic never shares
-the control plane's pool). An error reply in the protocol envelope is raised
-as the same ``ParticipantError(code, detail)`` the server raised, so the
-agent parks on ``admission_closed`` and stops on ``stale_attempt`` exactly as
-in process; any other error reply becomes ``checkpoint_error`` with ``HTTP
-<status> <first 200 bytes>``. A call that gets no reply at all (refused
-connection, dropped connection, timeout) raises ``DataPlaneUnavailable``.
+Each client owns its own ``JsonClient`` (envckpt's h11 client, the control
+plane's stack; rollout traffic never shares the control plane's pool). An
+error reply in the protocol envelope is raised as the same
+``ParticipantError(code, detail)`` the server raised, so the agent parks on
+``admission_closed`` and stops on ``stale_attempt`` exactly as in process;
+any other error reply becomes ``checkpoint_error`` with ``HTTP <status>
+<first 200 bytes>``. A call that gets no reply at all (refused connection,
+dropped connection, timeout, a reply that is not HTTP) raises
+``DataPlaneUnavailable``.
 Nothing is retried: a data call may have reached the server::
 
     agent = AgentServer(model=HttpModelClient(model_url), tools=HttpToolClient(tool_url))
@@ -20,16 +22,15 @@ Nothing is retried: a data call may have reached the server::
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import error_from_reply
 from envckpt.http.closing import AsyncCloseable
+from envckpt.http.connections import BadReply, ConnectFailed, ServerDisconnected
+from envckpt.http.json_client import JsonClient
 
 DEFAULT_CALL_TIMEOUT = 600.0
 # A whole rollout, parked through snapshots included.
@@ -79,19 +80,12 @@ class _JsonPoster(AsyncCloseable):
     ) -> None:
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("timeouts must be positive")
-        if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
         self._timeout = timeout
-        self._connect_timeout = connect_timeout
-        self._headers = {"Accept": "application/json", **(headers or {})}
-        self._client = httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=DEFAULT_KEEPALIVE_SECONDS,
-            ),
-            trust_env=False,
-            follow_redirects=False,
+        self._client = JsonClient(
+            headers=headers,
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            keepalive_seconds=DEFAULT_KEEPALIVE_SECONDS,
         )
 
     async def _post(
@@ -100,33 +94,19 @@ class _JsonPoster(AsyncCloseable):
         budget = self._timeout if timeout is None else timeout
         if budget <= 0:
             raise ValueError("timeout must be positive")
-        content = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
-        headers = {**self._headers, "Content-Type": "application/json"}
         try:
-            response = await self._client.post(
-                url,
-                content=content,
-                headers=headers,
-                timeout=httpx.Timeout(budget, connect=min(budget, self._connect_timeout)),
-            )
-        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-            raise DataPlaneUnavailable(
-                url, f"cannot connect ({type(error).__name__}: {error})"
-            ) from error
-        except httpx.TimeoutException as error:
-            raise DataPlaneUnavailable(
-                url, f"no reply within {budget:g} s ({type(error).__name__})"
-            ) from error
-        except httpx.HTTPError as error:
+            response = await self._client.post(url, body, timeout=budget)
+            reply = response.json() if response.ok else None
+        except ConnectFailed as error:
+            raise DataPlaneUnavailable(url, f"cannot connect ({error})") from error
+        except TimeoutError as error:
+            raise DataPlaneUnavailable(url, f"no reply within {budget:g} s") from error
+        except (ServerDisconnected, BadReply) as error:
             raise DataPlaneUnavailable(url, f"{type(error).__name__}: {error}") from error
-        if not response.is_success:
-            raise error_from_reply(response.status_code, response.text)
-        try:
-            reply = response.json()
-        except ValueError:
-            reply = None
+        if not response.ok:
+            raise error_from_reply(response.status, response.text)
         if not isinstance(reply, dict):
-            raise error_from_reply(response.status_code, f"not a JSON object: {response.text}")
+            raise error_from_reply(response.status, f"not a JSON object: {response.text}")
         return reply
 
     async def aclose(self) -> None:

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
+from envckpt.coordination.transport import TransportFailure
+from envckpt.http.client import HttpTransport
 from envckpt.http.serve import serve
 from envckpt.http.workers import WorkerDirectory
-from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, STATUS_EXPECTED_WORKERS, STATUS_WORKERS
+from envckpt.protocol import STATUS_EXPECTED_WORKERS, STATUS_WORKERS
 from envckpt.sim.gym import AGENT_SERVER, JUDGE_SERVER, MODEL_SERVER, RESOURCES_SERVER, GymConfig
 from envckpt.sim.gym_servers import Serving, judge_app
 from envckpt.sim.worker_apps import (
@@ -46,6 +46,8 @@ from envckpt.sim.worker_apps import (
 # Each of 3 x N workers imports the whole package: on a loaded machine that is slow.
 READY_SECONDS = 900.0
 STOP_SECONDS = 15.0
+# One readiness probe's reply (a busy worker may take a while to answer).
+STATUS_SECONDS = 10.0
 _PARTICIPANTS = (MODEL_SERVER, RESOURCES_SERVER, AGENT_SERVER)
 
 
@@ -175,21 +177,23 @@ class WorkerServers:
     async def _wait_ready(self, urls: dict[str, str]) -> None:
         """Until every participant's status counts all its workers (a child that died fails)."""
         give_up = time.monotonic() + READY_SECONDS
-        headers = {"authorization": f"Bearer {self.config.token}"}
         pending = set(_PARTICIPANTS)
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        async with HttpTransport(urls, token=self.config.token) as transport:
             while pending:
                 for server in sorted(pending):
                     child = self._children[server]
                     if child.poll() is not None:
                         raise RuntimeError(f"{server} exited with {child.returncode} at startup")
-                    with contextlib.suppress(httpx.HTTPError, ValueError):
-                        reply = await client.get(
-                            f"{urls[server]}{CHECKPOINT_ROUTE_PREFIX}/status", headers=headers
+                    # Not listening yet, or not answering yet: asked again below.
+                    with contextlib.suppress(TransportFailure):
+                        reply = await transport.request(
+                            server, "GET", "status", None, timeout=STATUS_SECONDS
                         )
-                        body = reply.json()
-                        if reply.status_code == 200 and body.get(STATUS_WORKERS) == body.get(
-                            STATUS_EXPECTED_WORKERS
+                        body = reply.body
+                        if (
+                            reply.status == 200
+                            and isinstance(body, dict)
+                            and body.get(STATUS_WORKERS) == body.get(STATUS_EXPECTED_WORKERS)
                         ):
                             pending.discard(server)
                 if time.monotonic() > give_up:

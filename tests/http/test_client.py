@@ -310,17 +310,19 @@ async def test_a_reply_with_nan_is_not_parsed() -> None:
     assert reply.raw == '{"kind": "model", "lease": NaN}'
 
 
-async def test_a_reply_orjson_refuses_still_parses() -> None:
-    """Valid JSON orjson cannot read (an integer beyond 64 bits) is parsed all the same."""
+async def test_an_integer_beyond_64_bits_is_parsed_exactly() -> None:
+    """An integer beyond 64 bits (orjson would read a float) is parsed exactly."""
     app = FastAPI()
 
     @app.get(f"{PREFIX}/status")
     async def status() -> Response:
-        return Response(json.dumps({"kind": "model", "n": 2**70}), media_type="application/json")
+        return Response(
+            json.dumps({"kind": "model", "n": 2**70 + 1}), media_type="application/json"
+        )
 
     async with serve(app) as url, HttpTransport({"gym": url}, token=TOKEN) as transport:
         reply = await transport.request("gym", "GET", "status", None, timeout=5.0)
-    assert reply.body == {"kind": "model", "n": 2**70}
+    assert reply.body == {"kind": "model", "n": 2**70 + 1}
 
 
 def test_a_transport_belongs_to_one_event_loop() -> None:

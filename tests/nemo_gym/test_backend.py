@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
@@ -73,3 +73,22 @@ async def test_run_posts_the_attempt_and_maps_refusals() -> None:
     assert summary["reward"] == 1.0
     assert caught.value.code == "stale_attempt"
     assert seen[0] == {"t": 1, "_ng_rollout_id": "r1", "_ng_attempt_index": 0}
+
+
+async def test_a_reply_that_is_not_a_json_object_is_a_checkpoint_error() -> None:
+    """A 200 whose body is a list or not JSON at all names the text, never a bare ValueError."""
+    app = FastAPI()
+
+    @app.post("/run")
+    async def run(request: Request) -> Response:
+        body = await request.json()
+        if body["_ng_attempt_index"] == 0:
+            return JSONResponse([1, 2])
+        return PlainTextResponse("all good")
+
+    async with serve(app) as url, NemoGymBackend({"shard/replica-0": url}) as backend:
+        for attempt, text in ((0, "[1,2]"), (1, "all good")):
+            with pytest.raises(ParticipantError) as caught:
+                await backend.run("shard/replica-0", EnvironmentEpisode("r1", attempt), {})
+            assert caught.value.code == "checkpoint_error"
+            assert f"not a JSON object: {text}" in caught.value.detail

@@ -4,7 +4,8 @@ A worker's state is the state of its slot's rollouts (``slots.owner_slot``),
 but the kernel hands a connection to any worker. This ASGI middleware reads
 a data request's body, finds its ``episode.rollout_id`` and, when another
 worker owns that rollout, forwards the request unchanged to the owner's
-private socket and streams its reply back; a request without a rollout id,
+private socket (envckpt's h11 client over a Unix socket) and sends its reply
+back once whole; a request without a rollout id,
 or one the owner itself must refuse, is served here. A request for a rollout
 whose worker is gone gets ``503 checkpoint_error`` naming the worker (its
 state died with it), never a silent run against empty state::
@@ -19,18 +20,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from envckpt.errors import ParticipantError
 from envckpt.http.bodies import DATA_MAX_BODY_BYTES
+from envckpt.http.connections import BadReply, ConnectFailed, ServerDisconnected
 from envckpt.http.workers.group import WorkerGroup
 from envckpt.http.workers.siblings import INTERNAL_SCOPE_KEY
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX, ErrorCode
 
 # Each hop frames its own connection and body.
 _HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length"})
+# Replies that carry no body and so no length (RFC 9110 8.6).
+_NO_BODY = frozenset({204, 304})
 
 
 class EpisodeAffinity:
@@ -87,30 +90,19 @@ class EpisodeAffinity:
         if scope.get("query_string"):
             target += b"?" + scope["query_string"]
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP]
-        client = self.group.siblings.client(sibling.socket)
-        request = client.build_request(
-            scope["method"], target.decode("latin-1"), headers=headers, content=body
-        )
         try:
-            response = await client.send(request, stream=True)
-        except httpx.TransportError as error:
+            response = await self.group.siblings.forward(
+                sibling.socket, scope["method"].encode("ascii"), target, headers, body
+            )
+        except (ConnectFailed, ServerDisconnected, BadReply) as error:
             await _unavailable(send, owner, f"did not take the request ({type(error).__name__})")
             return
-        try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": response.status_code,
-                    "headers": [
-                        (k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP
-                    ],
-                }
-            )
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        finally:
-            await response.aclose()
+        # The sibling's reply is read whole (a rollout's result), then sent on with its length.
+        fields = [(k, v) for k, v in response.fields if k not in _HOP_BY_HOP]
+        if response.status not in _NO_BODY:
+            fields.append((b"content-length", b"%d" % len(response.body)))
+        await send({"type": "http.response.start", "status": response.status, "headers": fields})
+        await send({"type": "http.response.body", "body": response.body, "more_body": False})
 
 
 def _replay(body: bytes, more: bool, receive: Receive) -> Receive:

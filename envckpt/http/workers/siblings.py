@@ -10,17 +10,18 @@ internal control call still carries the bearer token::
     POST /envckpt-worker/v1/control/<route>        this worker's own answer
     GET  /envckpt-worker/v1/join                   finished ids, retire marks, open id
 
-``Siblings`` is the client side: one connection pool per sibling socket, and
-each call's failure told apart (refused or dropped: the worker is gone;
+``Siblings`` is the client side: one pool of envckpt's h11 client per sibling
+socket (``connections.ConnectionPool`` over a Unix socket), and each call's
+failure told apart (refused or dropped: the worker is gone;
 no reply in time: it is silent).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import httpx
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -28,6 +29,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from envckpt.http.apps import new_app
 from envckpt.http.bodies import CONTROL_MAX_BODY_BYTES, BodyRefused, parse_json, read_body
+from envckpt.http.connections import (
+    BadReply,
+    ConnectFailed,
+    ConnectionPool,
+    Headers,
+    HttpResponse,
+    Origin,
+    ServerDisconnected,
+)
 from envckpt.http.workers.merge import LOST, SILENT, Share
 from envckpt.http.workers.slots import Registration
 from envckpt.participant import edge
@@ -39,6 +49,10 @@ FAILED = "failed"
 
 # Idle keep-alive of a sibling connection: well under the server's 5 s.
 SIBLING_KEEPALIVE_SECONDS = 1.0
+SIBLING_CONNECT_SECONDS = 10.0
+MAX_SIBLING_CONNECTIONS = 1024
+# The Host header of calls between workers (the socket, not a name, says where).
+SIBLING_HOST = "worker"
 
 # Where the answering worker received the request (Unix seconds), for the deadline check.
 RECEIVED_AT_HEADER = "x-envckpt-received-at"
@@ -111,35 +125,66 @@ class Siblings:
     """Connection pools to the other workers' private sockets, and the calls over them."""
 
     def __init__(self, token: str) -> None:
-        self._token = token
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        self._authorization = f"Bearer {token}".encode()
+        self._pools: dict[str, ConnectionPool] = {}
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs
-        return f"Siblings({sorted(self._clients)})"
+        return f"Siblings({sorted(self._pools)})"
 
-    def client(self, socket: str) -> httpx.AsyncClient:
+    def _pool(self, socket: str) -> ConnectionPool:
         """The pool of one sibling socket (made on first use, kept until ``aclose``)."""
-        client = self._clients.get(socket)
-        if client is None:
-            client = self._clients[socket] = httpx.AsyncClient(
-                transport=httpx.AsyncHTTPTransport(uds=socket),
-                base_url="http://worker",
+        pool = self._pools.get(socket)
+        if pool is None:
+            pool = self._pools[socket] = ConnectionPool(
                 # Forwarded /run calls hold a connection for a whole rollout.
+                max_connections=MAX_SIBLING_CONNECTIONS,
                 # An idle connection is dropped long before the sibling's server
                 # closes it (5 s): reusing one the server is closing fails the
-                # call as if the worker were lost, and a Unix-socket connect costs
-                # microseconds.
-                limits=httpx.Limits(
-                    max_connections=1024, keepalive_expiry=SIBLING_KEEPALIVE_SECONDS
-                ),
-                timeout=None,
+                # call as if the worker were lost, and a Unix-socket connect
+                # costs microseconds.
+                keepalive_seconds=SIBLING_KEEPALIVE_SECONDS,
+                connect_timeout=SIBLING_CONNECT_SECONDS,
             )
-        return client
+        return pool
+
+    async def forward(
+        self, socket: str, method: bytes, target: bytes, headers: Headers, body: bytes | None
+    ) -> HttpResponse:
+        """Send a data request as it came (``headers`` hold its Host) and wait for the whole
+        reply, however long the sibling takes.
+
+        Raises ``ConnectFailed``, ``ServerDisconnected`` or ``BadReply`` (``connections``).
+        """
+        origin = Origin("http", SIBLING_HOST, 80, unix_socket=socket)
+        return await self._pool(socket).request(
+            origin, method, target, headers, body, deadline=None
+        )
 
     async def aclose(self) -> None:
-        clients, self._clients = self._clients, {}
-        for client in clients.values():
-            await client.aclose()
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            await pool.aclose()
+
+    async def _call(
+        self,
+        socket: str,
+        method: bytes,
+        target: str,
+        headers: Headers,
+        body: bytes | None,
+        *,
+        timeout: float,
+    ) -> HttpResponse:
+        origin = Origin("http", SIBLING_HOST, 80, unix_socket=socket)
+        headers = [
+            (b"host", SIBLING_HOST.encode()),
+            (b"authorization", self._authorization),
+            *headers,
+        ]
+        deadline = asyncio.get_running_loop().time() + max(0.0, timeout)
+        return await self._pool(socket).request(
+            origin, method, target.encode(), headers, body, deadline=deadline
+        )
 
     async def control(
         self,
@@ -152,44 +197,45 @@ class Siblings:
         received_at: float | None = None,
     ) -> Share:
         """Worker ``sibling``'s own answer to one control request, or why there is none."""
-        headers = {"authorization": f"Bearer {self._token}"}
+        headers: Headers = []
         if received_at is not None:
-            headers[RECEIVED_AT_HEADER] = repr(received_at)
+            headers.append((RECEIVED_AT_HEADER.encode(), repr(received_at).encode()))
         content = None
         if body is not None:
             content = orjson.dumps(body)
-            headers["content-type"] = "application/json"
+            headers.append((b"content-type", b"application/json"))
         try:
-            response = await self.client(sibling.socket).request(
-                method,
+            response = await self._call(
+                sibling.socket,
+                method.encode("ascii"),
                 f"{INTERNAL_PREFIX}/control/{route}",
-                content=content,
-                headers=headers,
-                timeout=max(0.0, timeout),
+                headers,
+                content,
+                timeout=timeout,
             )
-        except httpx.TimeoutException:
+        except TimeoutError:
             return Share(sibling.slot, problem=SILENT, pid=sibling.pid)
-        except httpx.TransportError:
-            # Refused (no process behind the socket) or dropped mid-call: gone.
+        except (ConnectFailed, ServerDisconnected, BadReply):
+            # Refused (no process behind the socket), dropped mid-call or not
+            # HTTP at all: gone.
             return Share(sibling.slot, problem=LOST, pid=sibling.pid)
         return _share(sibling, response)
 
     async def join_state(self, sibling: Registration, *, timeout: float) -> dict[str, Any] | None:
         """What a joining worker adopts from ``sibling``, or None if it does not answer."""
-        headers = {"authorization": f"Bearer {self._token}"}
         try:
-            response = await self.client(sibling.socket).get(
-                f"{INTERNAL_PREFIX}/join", headers=headers, timeout=timeout
+            response = await self._call(
+                sibling.socket, b"GET", f"{INTERNAL_PREFIX}/join", [], None, timeout=timeout
             )
-            state = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            state = orjson.loads(response.body) if response.status == 200 else None
+        except (ConnectFailed, ServerDisconnected, BadReply, TimeoutError, ValueError):
             return None
         return state if isinstance(state, dict) else None
 
 
-def _share(sibling: Registration, response: httpx.Response) -> Share:
+def _share(sibling: Registration, response: HttpResponse) -> Share:
     try:
-        reply = response.json()
+        reply = orjson.loads(response.body)
         status, body, worker = reply["status"], reply["body"], reply["worker"]
         if not isinstance(status, int) or not isinstance(body, Mapping):
             raise TypeError("malformed")
