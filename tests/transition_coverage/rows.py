@@ -6,7 +6,7 @@ transition log (``envckpt.statecharts.overlay.load_coverage``):
 
     entries = load_coverage([Path("build/transition-coverage.jsonl")])
     report = coverage_report(entries)
-    print(report.text())        # per table: http / in-process / never, then the total line
+    print(report.text())        # per row: http / in-process / never, then summary_lines()
     report.never                # rows no test exercised
 """
 
@@ -110,11 +110,15 @@ class CoverageReport:
                 lines.append(f"  {row[1]:>16} --{row[2]}--> {how}")
         for (machine, source, trigger, dest), count in sorted(self.foreign.items()):
             lines.append(f"not in any table: {machine} {source} --{trigger}--> {dest} x{count}")
-        lines += self.per_transport()
+        return "\n".join(lines + self.summary_lines())
+
+    def summary_lines(self) -> list[str]:
+        """The per-machine, per-transport counts, each gap by name, then the total line."""
+        lines = self.per_transport()
         for (machine, via), rows in sorted(self.missed().items()):
             lines.append(f"MISSED {machine} {via}: " + ", ".join(f"{s}--{t}" for _, s, t in rows))
         lines.append(self.summary())
-        return "\n".join(lines)
+        return lines
 
 
 def coverage_report(entries: Iterable[CoverageEntry]) -> CoverageReport:
