@@ -24,8 +24,10 @@ IN_PROCESS = "in-process"
 
 Row = tuple[str, str, str]  # machine, source, trigger
 # The ledger lives in the trainer's own process and never crosses a control
-# route: no HTTP run can fire its rows, so it is judged in-process only.
+# route: no HTTP run can fire its rows, so it is judged in-process only (its
+# rows fired during a test that crossed HTTP still show in the per-row detail).
 IN_PROCESS_ONLY = frozenset({"rollout_ledger"})
+WHY_IN_PROCESS = "the trainer's own ledger: no control route reaches it"
 
 
 def all_rows() -> list[Row]:
@@ -82,7 +84,9 @@ class CoverageReport:
             rows = [row for row in self.rows if row[0] == table.name]
             for via in (IN_PROCESS, HTTP):
                 if via == HTTP and table.name in IN_PROCESS_ONLY:
-                    lines.append(f"{table.name} {via}: n/a (trainer-side, no control route)")
+                    lines.append(
+                        f"{table.name} {via}: n/a, in-process only by design ({WHY_IN_PROCESS})"
+                    )
                     continue
                 fired = sum(1 for row in rows if self.counts.get(row, Counter())[via])
                 lines.append(f"{table.name} {via}: {fired}/{len(rows)}")

@@ -12,7 +12,7 @@ from envckpt.machines.tables import ALL_TABLES, PARTICIPANT_PHASES
 from envckpt.statecharts.overlay import CoverageEntry
 
 from transition_coverage.__main__ import main
-from transition_coverage.rows import HTTP, IN_PROCESS, coverage_report
+from transition_coverage.rows import HTTP, IN_PROCESS, WHY_IN_PROCESS, coverage_report
 
 
 def _every_row(via: str) -> list[CoverageEntry]:
@@ -34,7 +34,7 @@ def test_rows_fired_only_in_process_are_missed_over_http() -> None:
     rows = len(list(PARTICIPANT_PHASES.edges()))
     assert f"participant_phases in-process: {rows}/{rows}" in lines
     assert f"participant_phases http: 0/{rows}" in lines
-    assert "rollout_ledger http: n/a (trainer-side, no control route)" in lines
+    assert f"rollout_ledger http: n/a, in-process only by design ({WHY_IN_PROCESS})" in lines
 
 
 def test_both_runs_complete_pass_and_a_gap_fails(tmp_path: Path) -> None:
