@@ -47,22 +47,28 @@ pytest: $(STAMP) $(MERMAID_STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
-# Verification beyond sampling (docs/testing.md): the bounded model check and
-# the suite's transition coverage; the last three lines are their summaries
-# (states explored and oracle violations, then the rows covered).
+# Verification beyond sampling (docs/testing.md): every test (slow campaigns
+# included, hypothesis thorough) recording transition coverage, on two workers
+# (tests sharing servers kept on one, xdist_group) whose shares the plugin
+# merges; then the bounded model check. Each part prints its wall time; the
+# last lines are the model check's summary (states, oracle violations) and the
+# coverage per machine and transport (the full report: build/transition-coverage.txt).
 # The plugin is loaded up front and its path given with "=": pytest 9.2 reads
 # a bare path after an option it does not know yet as a test path.
 BUILD := build
 verify: $(STAMP)
 	mkdir -p $(BUILD)
-	ENVCKPT_CAMPAIGNS=1 ENVCKPT_HYPOTHESIS_PROFILE=thorough PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }
-	tail -3 $(BUILD)/verify-pytest.txt
+	start=$$(date +%s); \
+	ENVCKPT_CAMPAIGNS=1 ENVCKPT_HYPOTHESIS_PROFILE=thorough PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }; \
+	tail -1 $(BUILD)/verify-pytest.txt; echo "pytest part: $$(( $$(date +%s) - start )) s"
+	start=$$(date +%s); \
 	PYTHONPATH=tests $(BIN)/python -m model_check --quiet > $(BUILD)/model-check.txt; \
-	checked=$$?; cat $(BUILD)/model-check.txt; \
+	checked=$$?; cat $(BUILD)/model-check.txt; echo "model check part: $$(( $$(date +%s) - start )) s"; \
 	PYTHONPATH=tests $(BIN)/python -m transition_coverage $(BUILD)/transition-coverage.jsonl \
 		> $(BUILD)/transition-coverage.txt; \
-	covered=$$?; cat $(BUILD)/transition-coverage.txt; \
-	tail -2 $(BUILD)/model-check.txt; tail -1 $(BUILD)/transition-coverage.txt; \
+	covered=$$?; \
+	tail -2 $(BUILD)/model-check.txt; \
+	PYTHONPATH=tests $(BIN)/python -m transition_coverage --summary $(BUILD)/transition-coverage.jsonl; \
 	[ $$checked = 0 ] && [ $$covered = 0 ]
 
 # Mutation testing (minutes to hours on 2 cores): mutmut in a scratch copy.

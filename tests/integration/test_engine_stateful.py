@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import pytest
 import structlog
 from hypothesis import HealthCheck, event, settings
+from hypothesis import Phase as HypothesisPhase
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -57,6 +58,7 @@ from envckpt.errors import (
 from envckpt.facade.checkpoint import CheckpointTimeouts, GymEnvironmentCheckpoint
 from envckpt.facade.instances import LocalInstance
 from envckpt.facade.manifest import MANIFEST_NAME, read_manifest
+from envckpt.gym import adapter as gym_adapter
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.inventory import InMemoryInventory
@@ -65,6 +67,7 @@ from envckpt.machines.tables import INSTANCE_LIFECYCLE
 from helpers.dict_deployment import Deployment, LoopbackHttp
 from helpers.facade_world import LiveCut
 from model_check.oracle import operation_legal
+from model_check.plant import plant_commit_from_preparing
 
 settings.register_profile(
     "ci",
@@ -108,6 +111,11 @@ TIMEOUTS = CheckpointTimeouts(
 HANG_SECONDS = 20.0
 # Every lifecycle trigger the adapter exposes (discover is a no-op once done).
 ADAPTER_TRIGGERS = ("prepare", "commit", "renew", "resume", "retire", "forget", "restore")
+
+
+def _illegal_triggers(state: str) -> list[str]:
+    """The adapter triggers the reference model forbids in lifecycle ``state``."""
+    return [t for t in ADAPTER_TRIGGERS if not operation_legal(str(state), t)]
 
 
 def _late_deliveries() -> set[asyncio.Task[Any]]:
@@ -708,12 +716,53 @@ class EngineMachine(RuleBasedStateMachine):
         """A refused trigger raises IllegalTransition, sends nothing and changes nothing."""
         instance = data.draw(st.sampled_from(self.instances))
         adapter = self.adapters[instance]
-        state = adapter.state
-        # Judged by the reference model (docs/protocol.md), not the engine's own table.
-        illegal = [t for t in ADAPTER_TRIGGERS if not operation_legal(str(state), t)]
+        illegal = _illegal_triggers(adapter.state)
         if not illegal:
             return
-        trigger = data.draw(st.sampled_from(illegal))
+        self._expect_refused(adapter, data.draw(st.sampled_from(illegal)))
+
+    def _preparable(self) -> list[Rollout]:
+        """Live rollouts on an instance that may prepare (once discovered), no fault armed."""
+        if any(d.faults.faults for d in self.deployments.values()):
+            return []
+        return [
+            rollout
+            for rollout in self.live.values()
+            if self.adapters[rollout.instance].state == "undiscovered"
+            or operation_legal(str(self.adapters[rollout.instance].state), "prepare")
+        ]
+
+    @precondition(lambda self: self._preparable())
+    @rule(data=st.data())
+    def illegal_calls_while_preparing(self, data: st.DataObject) -> None:
+        """Left preparing by a turn in flight, an instance refuses every call the oracle forbids.
+
+        Between the other rules no instance is ever left preparing (a snapshot
+        ends resumed or failed), so this is where ``commit`` from ``preparing``
+        is tried: a table row allowing it fails here.
+        """
+        rollout = data.draw(st.sampled_from(self._preparable()))
+        adapter = self.adapters[rollout.instance]
+        self.run(adapter.discover)  # a no-op once the first snapshot discovered it
+        # The turn stays in flight across steps: entered here, left below.
+        turn = self.deployments[rollout.instance].cores["agent"].admit(rollout.episode)
+        self.run(turn.__aenter__)
+        try:
+            checkpoint_id = f"probe-{next(self.ids)}"
+            deadline = self.clock.now() + 60
+            blocked = self.run(lambda: adapter.prepare(checkpoint_id, deadline_ts=deadline))
+            assert blocked.blockers() == {"agent": (rollout.episode.capture_key,)}
+            assert adapter.state == "preparing"
+            for trigger in data.draw(st.permutations(_illegal_triggers("preparing"))):
+                self._expect_refused(adapter, trigger)
+            self.run(lambda: adapter.resume(checkpoint_id, deadline_ts=self.clock.now() + 60))
+        finally:
+            self.run(lambda: turn.__aexit__(None, None, None))
+        assert adapter.state == "resumed"
+
+    def _expect_refused(self, adapter: GymCheckpointAdapter, trigger: str) -> None:
+        """``trigger`` raises IllegalTransition in the adapter's state, sending nothing."""
+        state = adapter.state
         deadline = self.clock.now() + 60
         episode = EnvironmentEpisode("illegal", 0)
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
@@ -735,9 +784,16 @@ class EngineMachine(RuleBasedStateMachine):
             ),
         }
         before = (self._requests(), self._phases(), self._hook_states())
-        with pytest.raises(IllegalTransition) as info:
+        # Illegal by the reference model (docs/protocol.md), not by the engine's own table.
+        accepted = f"{trigger} in {state}: illegal by the reference model, yet the engine"
+        try:
             self.run(calls[trigger])
-        assert (info.value.trigger, info.value.state) == (trigger, state)
+        except IllegalTransition as refused:
+            assert (refused.trigger, refused.state) == (trigger, state)
+        except Exception as error:
+            raise AssertionError(f"{accepted} sent it and raised {error!r}") from error
+        else:
+            raise AssertionError(f"{accepted} carried it out")
         assert adapter.state == state
         assert (self._requests(), self._phases(), self._hook_states()) == before
 
@@ -966,3 +1022,33 @@ def test_engine_machine_over_http(monkeypatch: pytest.MonkeyPatch) -> None:
     before = LoopbackHttp.delivered
     run_state_machine_as_test(EngineMachine, settings=REDUCED)
     assert LoopbackHttp.delivered > before  # the calls really crossed HTTP
+
+
+# ------------------------------------------ a planted bug the machine must find
+#
+# Issue 23's bug (a): a lifecycle row letting ``commit`` start from
+# ``preparing``. The machine judges legality by the reference model, not the
+# table, so the planted row fails the run (no shrinking: the first failure
+# is enough); with the table restored a short run passes again.
+
+PLANTED = settings(
+    max_examples=300,
+    stateful_step_count=12,
+    deadline=None,
+    phases=(HypothesisPhase.reuse, HypothesisPhase.generate),
+    report_multiple_bugs=False,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+RESTORED = settings(PLANTED, max_examples=10)
+
+
+def test_the_machine_finds_commit_allowed_from_preparing() -> None:
+    """Planted, the row fails the run with its symptom; restored, the run passes."""
+    with pytest.MonkeyPatch.context() as patch:
+        plant_commit_from_preparing(patch)
+        assert gym_adapter._LIFECYCLE.table is not INSTANCE_LIFECYCLE
+        with pytest.raises(AssertionError, match="commit in preparing: illegal by the reference"):
+            run_state_machine_as_test(EngineMachine, settings=PLANTED)
+    assert gym_adapter._LIFECYCLE.table is INSTANCE_LIFECYCLE
+    run_state_machine_as_test(EngineMachine, settings=RESTORED)

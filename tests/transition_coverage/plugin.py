@@ -14,8 +14,13 @@ the file ``ENVCKPT_GYM_LOG`` names; their transitions count as ``http``.
     pytest -p transition_coverage.plugin --transition-coverage=build/transition-coverage.jsonl
     envckpt statecharts --coverage build/transition-coverage.jsonl --machine participant_phases
 
+Under pytest-xdist (``-n 2``, as ``make verify`` runs) each worker writes its
+share beside the file (``PATH.gw0``, ...) and the controller merges the shares
+and the server processes' log into ``PATH`` when the session ends.
+
 The check that every row was exercised is ``test_rows.py``, which runs last;
-it judges only a run given the option (``make verify`` runs the whole suite so).
+it judges only a run given the option in one process (under xdist each worker
+sees a share: ``python -m transition_coverage PATH`` judges the merged file).
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ class Recorder:
         self.tests = 0
         self.http_tests = 0
         self.gym_log: Path | None = None
+        # xdist workers' files, merged by the controller (``pytest_sessionfinish``).
+        self.shares: list[Path] = []
 
     def fired(self, machine: str, source: str, trigger: str, dest: str) -> None:
         self.current[(machine, source, trigger, dest)] += 1
@@ -81,6 +88,8 @@ class Recorder:
                 CoverageEntry(e.machine, e.source, e.trigger, e.dest, HTTP, e.count)
                 for e in _tolerant_load(self.gym_log)
             ]
+        if self.shares:
+            found += load_coverage(self.shares)
         return found
 
     def lines(self) -> Iterator[str]:
@@ -194,12 +203,40 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     RECORDER.end_test(item.nodeid)
 
 
+def xdist_worker(config: pytest.Config) -> str | None:
+    """This process's xdist worker id (``gw0``, ...), or None outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return None if workerinput is None else str(workerinput["workerid"])
+
+
+def _shares(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}.gw*"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # The controller starts before its workers: a share left by an earlier run goes.
+    target = session.config.getoption("--transition-coverage")
+    if target and xdist_worker(session.config) is None:
+        for stale in _shares(Path(target)):
+            stale.unlink()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     target = session.config.getoption("--transition-coverage")
     if target:
         path = Path(target)
+        worker = xdist_worker(session.config)
+        if worker is not None:
+            path = path.with_name(f"{path.name}.{worker}")
+        else:
+            # Workers end their sessions before the controller ends its own.
+            RECORDER.shares = _shares(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{line}\n" for line in RECORDER.lines()), encoding="utf-8")
+        for share in RECORDER.shares:
+            share.unlink()
+        RECORDER.shares = []
     if RECORDER.gym_log is not None:
         RECORDER.gym_log.unlink(missing_ok=True)
         os.environ.pop("ENVCKPT_GYM_LOG", None)
@@ -209,8 +246,11 @@ def judged(config: pytest.Config) -> str | None:
     """Why this run's coverage is not judged; None when it is (``--transition-coverage``).
 
     Only ``make verify`` (which passes the option to a whole-suite run)
-    judges: a subset of the tests cannot exercise every row.
+    judges: a subset of the tests cannot exercise every row, nor can one
+    xdist worker (its share is merged with the others' after the run).
     """
-    if config.getoption("--transition-coverage"):
-        return None
-    return "coverage is judged by a whole-suite run with --transition-coverage (make verify)"
+    if not config.getoption("--transition-coverage"):
+        return "coverage is judged by a whole-suite run with --transition-coverage (make verify)"
+    if xdist_worker(config) is not None:
+        return "an xdist worker sees its share: python -m transition_coverage judges the merge"
+    return None

@@ -6,7 +6,7 @@ transition log (``envckpt.statecharts.overlay.load_coverage``):
 
     entries = load_coverage([Path("build/transition-coverage.jsonl")])
     report = coverage_report(entries)
-    print(report.text())        # per table: http / in-process / never, then the total line
+    print(report.text())        # per row: http / in-process / never, then summary_lines()
     report.never                # rows no test exercised
 """
 
@@ -24,8 +24,10 @@ IN_PROCESS = "in-process"
 
 Row = tuple[str, str, str]  # machine, source, trigger
 # The ledger lives in the trainer's own process and never crosses a control
-# route: no HTTP run can fire its rows, so it is judged in-process only.
+# route: no HTTP run can fire its rows, so it is judged in-process only (its
+# rows fired during a test that crossed HTTP still show in the per-row detail).
 IN_PROCESS_ONLY = frozenset({"rollout_ledger"})
+WHY_IN_PROCESS = "the trainer's own ledger: no control route reaches it"
 
 
 def all_rows() -> list[Row]:
@@ -82,7 +84,9 @@ class CoverageReport:
             rows = [row for row in self.rows if row[0] == table.name]
             for via in (IN_PROCESS, HTTP):
                 if via == HTTP and table.name in IN_PROCESS_ONLY:
-                    lines.append(f"{table.name} {via}: n/a (trainer-side, no control route)")
+                    lines.append(
+                        f"{table.name} {via}: n/a, in-process only by design ({WHY_IN_PROCESS})"
+                    )
                     continue
                 fired = sum(1 for row in rows if self.counts.get(row, Counter())[via])
                 lines.append(f"{table.name} {via}: {fired}/{len(rows)}")
@@ -110,11 +114,15 @@ class CoverageReport:
                 lines.append(f"  {row[1]:>16} --{row[2]}--> {how}")
         for (machine, source, trigger, dest), count in sorted(self.foreign.items()):
             lines.append(f"not in any table: {machine} {source} --{trigger}--> {dest} x{count}")
-        lines += self.per_transport()
+        return "\n".join(lines + self.summary_lines())
+
+    def summary_lines(self) -> list[str]:
+        """The per-machine, per-transport counts, each gap by name, then the total line."""
+        lines = self.per_transport()
         for (machine, via), rows in sorted(self.missed().items()):
             lines.append(f"MISSED {machine} {via}: " + ", ".join(f"{s}--{t}" for _, s, t in rows))
         lines.append(self.summary())
-        return "\n".join(lines)
+        return lines
 
 
 def coverage_report(entries: Iterable[CoverageEntry]) -> CoverageReport:
