@@ -92,3 +92,47 @@ def test_a_refusal_over_many_live_attempts_names_ten() -> None:
     detail = refusal_detail(ErrorCode.STALE_ATTEMPT, lambda: rules.check_restorable(scope, held))
     named = [f"r{i:02d}" for i in range(10)]
     assert detail == f"restore would install over attempts live here: {named}"
+
+
+def test_a_commit_in_the_wrong_phase_names_the_phase() -> None:
+    """Commit while still preparing: invalid_phase naming ``preparing``."""
+    open_ = OpenCheckpoint("c1")
+    detail = refusal_detail(
+        ErrorCode.INVALID_PHASE,
+        lambda: rules.check_commit(open_, "c1", phase=Phase.PREPARING, ready=True, scope=None),
+    )
+    assert detail == "commit is not legal in phase preparing"
+
+
+def test_a_commit_no_longer_ready_says_episodes_left_their_boundary() -> None:
+    """Prepared but no longer ready: the detail says why the commit cannot go on."""
+    open_ = OpenCheckpoint("c1", prepare_reply={"phase": "prepared"})
+    detail = refusal_detail(
+        ErrorCode.INVALID_PHASE,
+        lambda: rules.check_commit(open_, "c1", phase=Phase.PREPARED, ready=False, scope=None),
+    )
+    assert detail == "no longer ready: episodes left their boundary"
+
+
+def test_a_scope_naming_many_restarts_is_refused_naming_ten() -> None:
+    """Twelve reported restarts in scope: restart_in_scope naming the first ten, sorted."""
+    restarts = [EnvironmentEpisode(f"r{i:02d}", 0) for i in range(12)]
+    open_ = OpenCheckpoint(
+        "c1", prepare_reply={"phase": "prepared"}, prepared_restarts=frozenset(restarts)
+    )
+    detail = refusal_detail(
+        ErrorCode.RESTART_IN_SCOPE,
+        lambda: rules.check_commit(
+            open_, "c1", phase=Phase.PREPARED, ready=True, scope=tuple(restarts)
+        ),
+    )
+    assert detail == f"scope names reported restarts: {[f'r{i:02d}' for i in range(10)]}"
+
+
+def test_a_checkpoint_resumed_during_prepare_is_named_stale() -> None:
+    """Prepare's wait ends with nothing open: stale_checkpoint naming the checkpoint."""
+    detail = refusal_detail(
+        ErrorCode.STALE_CHECKPOINT,
+        lambda: rules.still_preparing(None, "c4", phase=Phase.IDLE),
+    )
+    assert detail == "checkpoint c4 was resumed while preparing"
