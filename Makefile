@@ -39,10 +39,11 @@ $(MERMAID_STAMP): $(MERMAID)/package.json $(MERMAID)/package-lock.json
 	cd $(MERMAID) && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund
 	touch $@
 
-# make test: the long campaigns (marked slow) are left to make verify; two
-# workers, tests sharing a module's or session's servers kept on one (xdist_group).
+# make test: the long campaigns (marked slow) are left to make verify. Two
+# workers; a file's tests stay on one, and so do the files sharing a session's
+# servers (tests/helpers/shared_servers.py: loadgroup marks are lost on pytest 9.2).
 pytest: $(STAMP) $(MERMAID_STAMP)
-	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q -m "not slow" -n 2 --dist loadgroup $(PYTEST_ARGS)
+	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q -m "not slow" -n 2 --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

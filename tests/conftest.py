@@ -1,4 +1,4 @@
-"""Shared pytest configuration: hypothesis profiles, xdist groups, and the conformance
+"""Shared pytest configuration: hypothesis profiles, xdist scheduling, and the conformance
 suite's options.
 
 Hypothesis runs the ``quick`` profile by default (``make test``: 25 examples where a
@@ -104,3 +104,28 @@ def scraped_demo(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from helpers.scraped_demo import run_scraped_demo  # imports fastapi and prometheus_client
 
     return run_scraped_demo(tmp_path_factory.mktemp("scraped-demo"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (make test) also keeps the files sharing a session's servers on
+    one worker (``helpers.shared_servers``); other modes are xdist's own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from helpers.shared_servers import SharedServerScheduling  # imports xdist
+
+    return SharedServerScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A new user of a session server is listed beside the others, or it would start the
+    server again on another worker."""
+    from helpers.shared_servers import misplaced_users
+
+    root = config.rootpath
+    uses = [(item.path.relative_to(root).as_posix(), item.fixturenames) for item in items]
+    misplaced = misplaced_users(uses)
+    if misplaced:
+        raise pytest.UsageError(
+            "add these to helpers.shared_servers.SESSION_SERVERS: " + "; ".join(misplaced)
+        )

@@ -7,6 +7,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from envckpt.cli import main
 from envckpt.demo.events import EVENTS_NAME, read_events
 from envckpt.demo.scenario import DemoSettings, make_tasks
@@ -19,6 +21,7 @@ from helpers.demo_cli import run_main
 SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
 
 
+@pytest.mark.slow  # a kill-and-restore run: make verify (make test keeps the nemo-gym demo's)
 def test_the_process_demo_kills_for_real_and_passes_its_verdict(tmp_path: Path) -> None:
     """SIGKILL mid-run, SIGKILL inside the next restore, fresh processes finish: PASS."""
     code, text, _ = run_main([*SMALL, "--seed", "2", "--dir", str(tmp_path)])

@@ -26,6 +26,7 @@ SMALL = ["--instances", "2", "--rollouts", "12", "--snapshot-every", "0.3"]
 GONE_SECONDS = 5.0
 
 
+@pytest.mark.slow  # a kill-and-restore run: make verify (make test keeps the nemo-gym demo's)
 def test_a_killed_demo_resumes_and_a_finished_one_requeues_as_a_no_op(tmp_path: Path) -> None:
     """SIGKILL of the demo alone after a snapshot: its job dies with it (nothing alive 5 s
     later); --resume goes on and passes; --resume again is a requeue: exit 0, nothing redone."""
@@ -68,6 +69,7 @@ def test_a_killed_demo_resumes_and_a_finished_one_requeues_as_a_no_op(tmp_path: 
     assert "already finished" in (directory / f"trainer-{requeue}.out").read_text()
 
 
+@pytest.mark.slow  # a kill-and-restore run: make verify (make test keeps the nemo-gym demo's)
 def test_a_relative_dir_works_and_three_kills_pass_when_the_job_finishes_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,13 +65,14 @@ from envckpt.inventory import InMemoryInventory
 from envckpt.machines.tables import INSTANCE_LIFECYCLE
 
 from helpers.dict_deployment import Deployment, LoopbackHttp
+from helpers.examples import examples
 from helpers.facade_world import LiveCut
 from model_check.oracle import operation_legal
 from model_check.plant import plant_commit_from_preparing
 
 settings.register_profile(
-    "ci",
-    max_examples=75,
+    "ci",  # make test runs a quarter of the examples; make verify runs "thorough"
+    max_examples=examples(75),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -1002,7 +1003,7 @@ async def test_failed_cleanup_retire_still_drops_the_restore(tmp_path: Path) -> 
 # profile keeps it to well under a minute.
 
 REDUCED = settings(
-    max_examples=int(os.environ.get("ENVCKPT_HTTP_EXAMPLES", "20")),
+    max_examples=examples(int(os.environ.get("ENVCKPT_HTTP_EXAMPLES", "20"))),
     stateful_step_count=15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

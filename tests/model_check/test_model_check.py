@@ -42,6 +42,7 @@ def test_replaying_a_path_reaches_the_same_state() -> None:
             worlds.close()
 
 
+@pytest.mark.slow  # every interleaving: make verify
 def test_the_tiny_configuration_keeps_every_invariant() -> None:
     """Every interleaving of one snapshot, a crash and a fault over 2 instances holds."""
     result = explore(TINY)

@@ -33,6 +33,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # explores each configuration whole, twice: make verify
 @pytest.mark.parametrize(("config", "plant", "symptom"), CASES)
 def test_the_oracle_finds_the_planted_bug(
     config: Config, plant: Callable[[pytest.MonkeyPatch], None], symptom: str

@@ -149,6 +149,7 @@ def run_and_check(spec: JobSpec) -> None:
         )
 
 
+@pytest.mark.slow  # a kill-and-restore run: make verify (make test keeps the nemo-gym demo's)
 def test_job_killed_after_a_snapshot_finishes_in_fresh_processes(tmp_path: Path) -> None:
     """Rewards equal the uninterrupted run's, increments applied once, token rows consistent."""
     run_and_check(job_spec(tmp_path / "job", counters=6, multi_turns=4))
@@ -264,6 +265,7 @@ def tree_state(directory: Path) -> dict[str, tuple[int, int, int, int]]:
     return state
 
 
+@pytest.mark.slow  # a kill-and-restore run: make verify (make test keeps the nemo-gym demo's)
 def test_a_job_killed_after_it_finished_requeues_as_a_no_op(tmp_path: Path) -> None:
     """Killed after every rollout sealed (during its control run): run again it exits 0 with
     'already finished', redoes no rollout, and no file under its directory changes."""

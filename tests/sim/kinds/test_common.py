@@ -124,7 +124,7 @@ def test_parse_task_returns_an_independent_copy_with_its_metadata() -> None:
         {"prompt": "p", "turns": True},
         {"prompt": "p", "turns": 3.0},
         {"prompt": "p", "turns": 3, "weight": float("nan")},
-        {"prompt": "p", "turns": 3, "tags": {"a", "b"}},
+        {"prompt": "p", "turns": 3, "tags": {"a"}},  # a set; one item: one id in every worker
     ],
     ids=repr,
 )
