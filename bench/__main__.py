@@ -43,6 +43,7 @@ KEYS = (
     "pause_over_floor_256",
     "pause_over_floor_1000",
     "pause_over_floor_large_state_8",
+    "trainer_path_over_floor_32",
     "coordinator_over_raw_client",
     "coordinator_cpu_us_per_call_32",
     "coordinator_cpu_over_raw_32",
@@ -179,9 +180,17 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
             _section(f"snapshot pause, {count} instance(s) x 3 participants, {EPISODES} x 1 KB")
+            # The trainer's path beside the bare coordinator where the target is.
+            busiest = nominal == settings.counts[-1][0]
             runs, cpu = asyncio.run(
                 pause.measure(
-                    envckpt, floor, count=count, rounds=rounds, root=root, check_bytes=count == 1
+                    envckpt,
+                    floor,
+                    count=count,
+                    rounds=rounds,
+                    root=root,
+                    with_trainer=busiest,
+                    check_bytes=count == 1,
                 )
             )
             for name, values in runs.items():
@@ -202,7 +211,14 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             figures[f"pause_over_floor_{nominal}"] = ratio.value
             per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
             print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)")
-            if nominal == settings.counts[-1][0]:
+            if busiest:
+                trainer = Ratio.of(runs["trainer"], runs["floor"])
+                over_bare = Ratio.of(runs["trainer"], runs["envckpt"])
+                trainer_cpu = Ratio.of(cpu["trainer"], cpu["envckpt"])
+                print(f"  trainer/floor    {trainer.describe()}")
+                print(f"  trainer/envckpt  {over_bare.describe()}   (the adapter and facade)")
+                print(f"   (its CPU)       {trainer_cpu.describe()}", flush=True)
+                figures[f"trainer_path_over_floor_{nominal}"] = trainer.value
                 # Where the coordinator is busiest: the figure the target is about.
                 figures["coordinator_over_raw_client"] = coordinator.value
                 figures[f"coordinator_cpu_us_per_call_{nominal}"] = per_call
