@@ -137,8 +137,6 @@ MODES = {
 EPISODES = 100
 # 200 MB in 233,000 records (issue 24's realistic rollout store).
 RESTORE_STATE_BYTES = 858
-# Control round trips per instance and snapshot: prepare, commit, resume to 3 participants.
-CALLS_PER_INSTANCE = 9
 
 
 def _load() -> str:
@@ -209,7 +207,7 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
-            per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+            per_call = Summary.of(cpu["envckpt"]).median / (count * pause.CALLS_PER_INSTANCE) * 1e6
             print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)")
             if busiest:
                 trainer = Ratio.of(runs["trainer"], runs["floor"])
@@ -286,7 +284,7 @@ def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, fl
             _line(name, values)
         _cpu_lines(cpu)
         ratio = Ratio.of(runs["envckpt"], runs["floor"])
-        per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+        per_call = Summary.of(cpu["envckpt"]).median / (count * pause.CALLS_PER_INSTANCE) * 1e6
         print(f"  pause/floor      {ratio.describe()}")
         print(f"   (all CPU)       {Ratio.of(cpu['envckpt total'], cpu['floor total']).describe()}")
         print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)", flush=True)
