@@ -43,6 +43,7 @@ KEYS = (
     "pause_over_floor_256",
     "pause_over_floor_1000",
     "pause_over_floor_large_state_8",
+    "trainer_path_over_floor_32",
     "coordinator_over_raw_client",
     "coordinator_cpu_us_per_call_32",
     "coordinator_cpu_over_raw_32",
@@ -136,8 +137,6 @@ MODES = {
 EPISODES = 100
 # 200 MB in 233,000 records (issue 24's realistic rollout store).
 RESTORE_STATE_BYTES = 858
-# Control round trips per instance and snapshot: prepare, commit, resume to 3 participants.
-CALLS_PER_INSTANCE = 9
 
 
 def _load() -> str:
@@ -179,9 +178,17 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
         print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
         for (nominal, count), rounds in zip(settings.counts, settings.rounds, strict=True):
             _section(f"snapshot pause, {count} instance(s) x 3 participants, {EPISODES} x 1 KB")
+            # The trainer's path beside the bare coordinator where the target is.
+            busiest = nominal == settings.counts[-1][0]
             runs, cpu = asyncio.run(
                 pause.measure(
-                    envckpt, floor, count=count, rounds=rounds, root=root, check_bytes=count == 1
+                    envckpt,
+                    floor,
+                    count=count,
+                    rounds=rounds,
+                    root=root,
+                    with_trainer=busiest,
+                    check_bytes=count == 1,
                 )
             )
             for name, values in runs.items():
@@ -200,9 +207,16 @@ def _pause(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
             print(f"  coordinator/raw  {coordinator.describe()}")
             print(f"   (its CPU)       {coordinator_cpu.describe()}", flush=True)
             figures[f"pause_over_floor_{nominal}"] = ratio.value
-            per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+            per_call = Summary.of(cpu["envckpt"]).median / (count * pause.CALLS_PER_INSTANCE) * 1e6
             print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)")
-            if nominal == settings.counts[-1][0]:
+            if busiest:
+                trainer = Ratio.of(runs["trainer"], runs["floor"])
+                over_bare = Ratio.of(runs["trainer"], runs["envckpt"])
+                trainer_cpu = Ratio.of(cpu["trainer"], cpu["envckpt"])
+                print(f"  trainer/floor    {trainer.describe()}")
+                print(f"  trainer/envckpt  {over_bare.describe()}   (the adapter and facade)")
+                print(f"   (its CPU)       {trainer_cpu.describe()}", flush=True)
+                figures[f"trainer_path_over_floor_{nominal}"] = trainer.value
                 # Where the coordinator is busiest: the figure the target is about.
                 figures["coordinator_over_raw_client"] = coordinator.value
                 figures[f"coordinator_cpu_us_per_call_{nominal}"] = per_call
@@ -270,7 +284,7 @@ def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, fl
             _line(name, values)
         _cpu_lines(cpu)
         ratio = Ratio.of(runs["envckpt"], runs["floor"])
-        per_call = Summary.of(cpu["envckpt"]).median / (count * CALLS_PER_INSTANCE) * 1e6
+        per_call = Summary.of(cpu["envckpt"]).median / (count * pause.CALLS_PER_INSTANCE) * 1e6
         print(f"  pause/floor      {ratio.describe()}")
         print(f"   (all CPU)       {Ratio.of(cpu['envckpt total'], cpu['floor total']).describe()}")
         print(f"  coordinator CPU  {per_call:.0f} us per control round trip (median)", flush=True)

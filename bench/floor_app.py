@@ -62,18 +62,21 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _make_dirs(directory: Path) -> None:
+def _make_dirs(directory: Path) -> list[Path]:
+    """Make the missing directories; the parents that got a new entry (synced later)."""
     missing: list[Path] = []
     probe = directory
     while not probe.is_dir():
         missing.append(probe)
         probe = probe.parent
+    changed = []
     for new_dir in reversed(missing):
         try:
             new_dir.mkdir()
         except FileExistsError:
             continue
-        _fsync_dir(new_dir.parent)
+        changed.append(new_dir.parent)
+    return changed
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -93,12 +96,11 @@ def publish(
     records: Iterable[bytes],
 ) -> dict[str, Any]:
     """Write one participant's records (streamed) and manifest durably; return the manifest."""
-    _make_dirs(directory)
+    new_dirs = _make_dirs(directory)
     tmp = directory / f".records-{uuid.uuid4().hex}.tmp"
     digest, count = write_streamed(tmp, records)
     records_name = f"records-{digest}.jsonl"
     os.replace(tmp, directory / records_name)
-    _fsync_dir(directory)
     # Gym's seven manifest fields, nothing else.
     manifest = {
         "schema_version": 1,
@@ -112,6 +114,11 @@ def publish(
     body = orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
     tmp = directory / f".manifest-{uuid.uuid4().hex}.tmp"
     _write_file(tmp, body)
+    # Every entry made so far durable before the manifest is linked; after the
+    # manifest's fsync, as the store does (a journal has committed them by then).
+    for parent in new_dirs:
+        _fsync_dir(parent)
+    _fsync_dir(directory)
     try:
         os.link(tmp, directory / "manifest.json")
     finally:

@@ -1,11 +1,15 @@
 """The snapshot pause over HTTP: envckpt against the honest floor, and against a raw client.
 
-Three variants, interleaved, each driving N Gym instances at once (one
+Up to four variants, interleaved, each driving N Gym instances at once (one
 server process per instance, ``bench/server_process.py``; this process is the
 coordinator and runs nothing else meanwhile):
 
 * ``envckpt``: envckpt's ``Coordinator`` over ``HttpTransport`` (one per
   instance, as a trainer holds them) to envckpt participants;
+* ``trainer``: the trainer's path to the same participants: one
+  ``GymEnvironmentCheckpoint.snapshot`` over a ``GymCheckpointAdapter`` per
+  instance (lifecycle machines, the fan-out, the session machine, the lease
+  renewer and ``gym_checkpoint.json`` on top of the coordinators);
 * ``raw->envckpt``: the minimal client of ``bench/raw_http.py`` to the same
   envckpt participants (what the coordinator side costs);
 * ``floor``: the minimal client to the floor's endpoints (``bench/floor_app.py``),
@@ -19,7 +23,16 @@ snapshot takes): load on a shared machine distorts them less than wall
 time. Before
 each run the previous checkpoints are deleted and the disk is synced,
 untimed. ``pause/floor`` = envckpt / floor; ``coordinator/raw`` = envckpt /
-raw->envckpt.
+raw->envckpt; ``trainer/floor`` = trainer / floor.
+
+This process follows the guidance for a trainer of many instances
+(docs/integration.md, "Very many instances"): once every variant has
+discovered its instances, what startup built is frozen (``gc.freeze()``), so
+full collections walk only what the runs allocate. Without it a full
+collection walks every long-lived client object, and at 1000 instances
+the collector took about a third of the coordinator's CPU, its full
+collections a fifth (1.1 s of 5.5 s per snapshot): issue 24's super-linear
+growth. Frozen, a full collection at 256 instances took 6-11 ms, not 70-110.
 
     runs, cpu = asyncio.run(measure(envckpt_fleet, floor_fleet, count=8, rounds=5, root=dir))
 """
@@ -27,6 +40,7 @@ raw->envckpt.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import time
@@ -41,20 +55,48 @@ from bench.stats import interleave_async
 from envckpt.coordination.coordinator import Coordinator
 from envckpt.coordination.types import Participants
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.facade.checkpoint import GymEnvironmentCheckpoint
+from envckpt.facade.instances import LocalInstance
+from envckpt.gym.adapter import GymCheckpointAdapter
+from envckpt.gym.instance import GymCheckpointInstance
 from envckpt.http.client import HttpTransport
+from envckpt.inventory import InMemoryInventory
 
 DEADLINE_SECONDS = 300.0
+# Control round trips per instance and snapshot: prepare, commit, resume to 3 participants.
+CALLS_PER_INSTANCE = 9
+SHARD = "bench"
 
 
 def instance_dir(root: Path, checkpoint_id: str, index: int) -> str:
     """Where instance ``index`` commits, as the adapter lays it out."""
-    return str(root / checkpoint_id / "gym-instances" / "bench" / f"replica-{index}")
+    return str(GymCheckpointInstance(SHARD, index).checkpoint_dir(root / checkpoint_id))
+
+
+def trainer_facade(
+    transports: Sequence[HttpTransport], episodes: Sequence[EnvironmentEpisode]
+) -> GymEnvironmentCheckpoint:
+    """The trainer's checkpoint over one adapter per transport; every instance holds
+    ``episodes`` live in the inventory, as the trainer's ledger would list them."""
+    inventory = InMemoryInventory()
+    instances = []
+    for index, transport in enumerate(transports):
+        instance = GymCheckpointInstance(SHARD, index)
+        coordination = Coordinator(transport, instance_id=instance.instance_id)
+        instances.append(
+            LocalInstance(GymCheckpointAdapter(instance=instance, coordination=coordination))
+        )
+        for episode in episodes:
+            inventory.add(instance.instance_id, episode)
+    return GymEnvironmentCheckpoint(instances, inventory)
 
 
 class _Driver:
     """The coordinators and raw clients of the first ``count`` instances of two fleets."""
 
-    def __init__(self, envckpt: Fleet, floor: Fleet, *, count: int, root: Path) -> None:
+    def __init__(
+        self, envckpt: Fleet, floor: Fleet, *, count: int, root: Path, trainer: bool = False
+    ) -> None:
         self.count = count
         self.root = root
         self.token = envckpt.token
@@ -65,13 +107,18 @@ class _Driver:
         self.raw_envckpt = [RawClient(u, token=self.token) for u in envckpt.urls[:count]]
         self.raw_floor = [RawClient(u, token=floor.token) for u in floor.urls[:count]]
         self.participants: list[Participants] = []
+        # Its own transports: the trainer's pools are not warmed by the other variants.
+        self.trainer_transports = [HttpTransport(u, token=self.token) for u in envckpt.urls[:count]]
+        self.trainer = trainer_facade(self.trainer_transports, self.episodes)
 
     async def start(self) -> None:
         self.participants = list(await asyncio.gather(*(c.discover() for c in self.coordinators)))
+        if self.trainer_transports:
+            await self.trainer.check_startup()
 
     async def aclose(self) -> None:
         clients = [*self.raw_envckpt, *self.raw_floor]
-        await asyncio.gather(*(t.aclose() for t in self.transports))
+        await asyncio.gather(*(t.aclose() for t in [*self.transports, *self.trainer_transports]))
         await asyncio.gather(*(c.aclose() for c in clients))
 
     def _checkpoint(self, checkpoint_id: str | None) -> tuple[str, float]:
@@ -99,6 +146,16 @@ class _Driver:
 
         start = time.perf_counter()
         await asyncio.gather(*(one(index) for index in range(self.count)))
+        return time.perf_counter() - start
+
+    async def trainer_run(self) -> float:
+        """One snapshot through the trainer's path: entered, then left (which resumes)."""
+        path = self.root / f"bench-{uuid.uuid4().hex[:12]}"
+        path.mkdir()
+        start = time.perf_counter()
+        async with self.trainer.snapshot(path) as snapshot:
+            if snapshot is None:
+                raise RuntimeError("the trainer's checkpoint has no instances")
         return time.perf_counter() - start
 
     async def raw_run(
@@ -166,12 +223,13 @@ async def measure(
     rounds: int,
     root: Path,
     with_raw_envckpt: bool = True,
+    with_trainer: bool = False,
     check_bytes: bool = False,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Interleaved pauses (seconds) of each variant over ``count`` instances, and CPU
     seconds per run: this (the coordinator's) process under the variant's name, and
     with the instances' server processes under "<name> total"."""
-    driver = _Driver(envckpt, floor, count=count, root=root)
+    driver = _Driver(envckpt, floor, count=count, root=root, trainer=with_trainer)
     cpu: dict[str, list[float]] = {}
 
     def timed(
@@ -192,6 +250,9 @@ async def measure(
 
     try:
         await driver.start()
+        # The long-lived objects startup built: out of the collector's way (see above).
+        gc.collect()
+        gc.freeze()
         if check_bytes:
             await check_same_bytes(driver)
         variants = {
@@ -202,8 +263,11 @@ async def measure(
             variants["raw->envckpt"] = timed(
                 "raw->envckpt", lambda: driver.raw_run(driver.raw_envckpt), envckpt
             )
+        if with_trainer:
+            variants["trainer"] = timed("trainer", driver.trainer_run, envckpt)
         runs = await interleave_async(variants, rounds=rounds, between=driver.clean)
     finally:
+        gc.unfreeze()
         await driver.clean()
         await driver.aclose()
     # The warm-up round's CPU times go the way of its wall times.

@@ -20,7 +20,12 @@
 
 Prints the functions with the most own time, and own time per top-level
 package (``aiohttp``, ``json``, ``envckpt``, ``asyncio``...). Profiling
-slows Python code more than C code, so shares are indicative.
+slows Python code more than C code, so shares are indicative. Own time is
+this process's CPU time (``time.process_time``), so on a shared machine
+the time the process waits for a core is not charged to whatever ran last;
+``--wall`` profiles wall time instead. The coordinator target also prints
+its CPU per control call unprofiled and the collector's share of it, where
+growth with the instance count shows first.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import logging
 import pstats
@@ -76,6 +82,28 @@ def report(profile: cProfile.Profile | pstats.Stats, *, top: int) -> None:
     print(out.getvalue())
 
 
+class _CollectorTime:
+    """CPU seconds spent in the garbage collector per generation, while installed."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.counts = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds[info["generation"]] += time.process_time() - self._started
+            self.counts[info["generation"]] += 1
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"gen{g} {n} x, {s * 1000:.0f} ms"
+            for g, (n, s) in enumerate(zip(self.counts, self.seconds, strict=True))
+        )
+
+
 async def _coordinator(
     instances: int, cycles: int, workdir: Path, profile: cProfile.Profile, *, per_process: int
 ) -> None:
@@ -98,6 +126,23 @@ async def _coordinator(
         driver = pause._Driver(envckpt, floor, count=instances, root=root)
         await driver.start()
         await driver.envckpt_run()
+        gc.collect()
+        gc.freeze()  # as bench/pause.py does: what startup built is long-lived
+        # Unprofiled first: CPU per control call, and the collector's part of it.
+        collector = _CollectorTime()
+        gc.callbacks.append(collector)
+        spent = 0.0
+        for _ in range(cycles):
+            await driver.clean()
+            before = time.process_time()
+            await driver.envckpt_run()
+            spent += time.process_time() - before
+        gc.callbacks.remove(collector)
+        calls = cycles * instances * pause.CALLS_PER_INSTANCE
+        print(
+            f"unprofiled: {spent / calls * 1e6:.0f} us CPU per control call over {calls} calls; "
+            f"collector {collector.describe()}"
+        )
         started = time.perf_counter()
         for _ in range(cycles):
             await driver.clean()
@@ -168,7 +213,7 @@ async def _inline(function: Callable[..., Any], /, *args: Any, **kwargs: Any) ->
 
 
 def _run(target: str, args: argparse.Namespace, workdir: Path) -> cProfile.Profile | pstats.Stats:
-    profile = cProfile.Profile()
+    profile = cProfile.Profile() if args.wall else cProfile.Profile(time.process_time)
     # cProfile sees one thread: run the work envckpt hands to threads inline.
     asyncio.to_thread = _inline  # type: ignore[assignment]
     if target in ("server", "floor-server"):
@@ -223,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-process", type=int, default=1, help="instances per server")
     parser.add_argument("--cycles", type=int, default=10)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--wall", action="store_true", help="profile wall time, not CPU time")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     runner: Callable[[str, argparse.Namespace, Path], cProfile.Profile | pstats.Stats] = _run

@@ -4,9 +4,9 @@ Both variants write the same records (Gym's envelope, ``{"episode_id":
 {...}, ...state}`` per parked episode, as a commit does) to a fresh
 directory on the same disk:
 
-* ``store``: what a participant's commit does: ``store.envelope_line`` per
-  episode (orjson, NaN refused) into ``write_checkpoint`` (hash, temp file,
-  fsync, rename, manifest, directory fsyncs);
+* ``store``: what a participant's commit does: ``check_envelopes`` then
+  ``envelope_lines`` (orjson, NaN refused) into ``write_checkpoint`` (hash,
+  temp file, fsync, rename, manifest, directory fsyncs);
 * ``raw``: the fastest encoder installed (orjson), one line per record,
   streamed through a buffered file and sha256 as it goes, one fsync
   (``bench/streamed.py``): no NaN check, no manifest, no rename.
@@ -33,7 +33,12 @@ from bench.states import parked_states
 from bench.stats import interleave
 from bench.streamed import write_streamed
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.participant.store import envelope_line, write_checkpoint
+from envckpt.participant.store import (
+    check_envelopes,
+    envelope_line,
+    envelope_lines,
+    write_checkpoint,
+)
 
 STATE_BYTES = 4000
 Exported = list[tuple[EnvironmentEpisode, dict[str, Any]]]
@@ -47,13 +52,15 @@ def records_of(size_mb: float) -> Exported:
 
 
 def store_write(directory: Path, exported: Exported) -> None:
-    """A commit's write through envckpt's store, as the participant core makes it."""
+    """A commit's write through envckpt's store, as the participant core makes it
+    (``envckpt/participant/commit_write.py``)."""
+    check_envelopes(exported)
     write_checkpoint(
         directory,
         kind="agent",
         instance="bench",
         checkpoint_id=f"bench-{uuid.uuid4().hex[:8]}",
-        lines=(envelope_line(episode, state) for episode, state in exported),
+        lines=envelope_lines(exported),
     )
 
 

@@ -22,6 +22,7 @@ KEYS = (
     "pause_over_floor_256",
     "pause_over_floor_1000",
     "pause_over_floor_large_state_8",
+    "trainer_path_over_floor_32",
     "coordinator_over_raw_client",
     "coordinator_cpu_us_per_call_32",
     "coordinator_cpu_over_raw_32",
