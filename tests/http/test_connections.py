@@ -540,3 +540,27 @@ def test_origins_and_host_headers() -> None:
     assert Origin("http", "a.b", 8080).host_header == "a.b:8080"
     with pytest.raises(ValueError):
         Origin.from_url("ftp://a.b")
+
+
+async def test_a_unix_socket_origin_without_a_deadline(tmp_path: Path) -> None:
+    """An origin with ``unix_socket`` connects there and keeps its connection; no deadline
+    waits as long as the reply takes (a forwarded rollout)."""
+    path = str(tmp_path / "w.sock")
+    accepted: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(1)
+        await replying(ok(b"[1]"), ok(b"[2]"))(reader, writer)
+        writer.close()
+
+    server = await asyncio.start_unix_server(handle, path)
+    async with server:
+        connections = pool()
+        origin = Origin("http", "worker", 80, unix_socket=path)
+        bodies = [
+            (await connections.request(origin, b"GET", b"/x", HOST, None, deadline=None)).body
+            for _ in range(2)
+        ]
+        await connections.aclose()
+    assert bodies == [b"[1]", b"[2]"]
+    assert accepted == [1]

@@ -32,6 +32,8 @@ from envckpt.sim.kinds.agent import AgentServer
 from envckpt.sim.kinds.model import PolicyModelServer, policy_action, staging_payload
 from envckpt.sim.kinds.resources import ToolServer
 
+from helpers.raw_http import RawHttpServer
+
 Ep = EnvironmentEpisode
 TOKEN = "rows-token-77c2-a9f1"
 TASK: dict[str, Any] = {"prompt": "go", "turns": 4}
@@ -289,3 +291,22 @@ async def test_a_rollout_retired_while_staging_records_no_row() -> None:
     await retire
     assert stale.value.code == "stale_attempt"
     assert model.staging_ledger() == {}
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (b"HTTP/1.x 200 OK\r\nContent-Length: 2\r\n\r\n{}", "BadReply"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n" + b"[" * 200, "BadReply"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}", "ServerDisconnected"),
+    ],
+    ids=["not-http-1", "nested-too-deep", "cut-short"],
+)
+async def test_a_reply_that_is_not_one_raises_data_plane_unavailable(
+    reply: bytes, reason: str
+) -> None:
+    """Framing the h11 client refuses, JSON nested too deep or a reply cut short: no reply."""
+    with RawHttpServer([[reply]], close_after=True) as server:
+        async with HttpToolClient(server.url) as client:
+            with pytest.raises(DataPlaneUnavailable, match=reason):
+                await client.call({})

@@ -175,6 +175,7 @@ class Siblings:
         *,
         timeout: float,
     ) -> HttpResponse:
+        """One internal call, with the Host and the bearer token, by ``timeout`` seconds."""
         origin = Origin("http", SIBLING_HOST, 80, unix_socket=socket)
         headers = [
             (b"host", SIBLING_HOST.encode()),
