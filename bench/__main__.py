@@ -381,11 +381,14 @@ def _scale(settings: Settings, workdir: Path, figures: dict[str, float]) -> None
 
     _section(f"{settings.scale} instances in process: build facade + adapters, then discover")
     bare = scale.run(settings.scale, freeze=False)
-    print(f"  register         {bare['register_seconds']:.3f} s   (no gc.freeze)")
-    print(f"  discover         {bare['discover_seconds']:.2f} s   (no gc.freeze)", flush=True)
     result = scale.run(settings.scale, freeze=True)
-    print(f"  register         {result['register_seconds']:.3f} s   (gc.freeze, the guidance)")
-    print(f"  discover         {result['discover_seconds']:.2f} s   (gc.freeze, the guidance)")
+    for figures_of, how in ((bare, "no gc.freeze"), (result, "gc.freeze, the guidance")):
+        for step in ("register", "discover"):
+            print(
+                f"  {step:<16} {figures_of[f'{step}_seconds']:.3f} s, "
+                f"CPU {figures_of[f'{step}_cpu_seconds']:.3f} s   ({how})",
+                flush=True,
+            )
     figures["register_100k_seconds"] = result["register_seconds"]
     figures["discover_100k_seconds"] = result["discover_seconds"]
     count = settings.scale // 10

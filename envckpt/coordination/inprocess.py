@@ -110,9 +110,33 @@ class InProcessTransport:
         self.requests += 1
         if server not in self._servers:
             raise TransportFailure(f"no server named {server!r} (connection refused)")
+        core = self._servers[server]
+        if not self.faults.faults:
+            # No fault planned (every request of a scale run or a demo): the
+            # plain delivery, without asking the plan four times.
+            if core is None:
+                return ControlReply(404, {"detail": "Not Found"})
+            status, reply = await self._deliver(core, method, route, body, authorization)
+            if self.faults.faults:  # planned while this request was being delivered
+                self._after_delivery(server, core, route, body, status, timeout=timeout)
+            return ControlReply(status, through_json(reply))
+        return await self._request_with_faults(
+            server, core, method, route, body, timeout=timeout, authorization=authorization
+        )
+
+    async def _request_with_faults(
+        self,
+        server: str,
+        core: ParticipantCore | None,
+        method: str,
+        route: str,
+        body: Mapping[str, Any] | None,
+        *,
+        timeout: float,
+        authorization: str | None,
+    ) -> ControlReply:
         if self._fault(server, route, "unreachable"):
             raise TransportFailure(f"{server} unreachable (connection refused)")
-        core = self._servers[server]
         if core is None:
             return ControlReply(404, {"detail": "Not Found"})
         if self._fault(server, route, "error"):
@@ -133,13 +157,26 @@ class InProcessTransport:
             # This commit started no write (refused, or a replay of a finished
             # one): the crash must not linger and hit some later commit.
             core.before_publish.remove(crash)
+        self._after_delivery(server, core, route, body, status, timeout=timeout)
+        return ControlReply(status, through_json(reply))
+
+    def _after_delivery(
+        self,
+        server: str,
+        core: ParticipantCore,
+        route: str,
+        body: Mapping[str, Any] | None,
+        status: int,
+        *,
+        timeout: float,
+    ) -> None:
+        """The faults that strike once the participant has answered."""
         if self._fault(server, route, "drop_reply"):
             raise TransportFailure(f"{server} {route}: no reply within {timeout:.1f} s")
         if status == 200 and route == "commit" and self._fault(server, route, "corrupt_records"):
             checkpoint_dir = str((body or {})["checkpoint_dir"])
             manifest = store.read_manifest(checkpoint_dir, kind=core.kind, instance=core.instance)
             corrupt_records_file(store.records_path(checkpoint_dir, manifest))
-        return ControlReply(status, through_json(reply))
 
 
 def through_json(value: Any) -> Any:

@@ -295,6 +295,26 @@ async def test_a_custom_delivery_replaces_the_edge_and_keeps_the_faults() -> Non
     assert delivered == [("GET", "status"), ("POST", "resume")]
 
 
+async def test_a_fault_planned_while_a_request_is_delivered_still_strikes_it() -> None:
+    """With no fault planned the request takes the plain path; a drop_reply planned
+    while the participant works on it (the plan was empty when it started) still
+    loses its reply, as when the plan is read at each step."""
+    deployment = Deployment()
+
+    async def deliver(
+        core: ParticipantCore, method: str, route: str, body: Mapping[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        deployment.faults.add("drop_reply", route=route)
+        return 200, {"phase": "prepared"}
+
+    deployment.transport = InProcessTransport(
+        {"policy": deployment.core}, token=TOKEN, faults=deployment.faults, deliver=deliver
+    )
+    with pytest.raises(TransportFailure, match="no reply within"):
+        await deployment.post("prepare", deployment.body())
+    assert deployment.faults.fired == [("drop_reply", "policy", "prepare")]
+
+
 # ------------------------------------------------------------------ corruption
 
 
