@@ -170,6 +170,13 @@ class LoopbackHttp:
             await loopback.aclose()
 
 
+def pass_every_lease(deployment: Deployment) -> None:
+    """Advance ``deployment``'s fake clock one second past its participants' latest lease."""
+    assert isinstance(deployment.clock, FakeClock)
+    lease = max(core.lease_expires_at or 0.0 for core in deployment.cores.values())
+    deployment.clock.advance(lease - deployment.clock.now() + 1)
+
+
 def far(deployment: Deployment) -> float:
     """A deadline a minute ahead of the deployment's clock."""
     return deployment.clock.now() + 60

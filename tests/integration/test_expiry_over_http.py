@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.protocol import Phase
 
-from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far
+from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, pass_every_lease
 
 E1 = EnvironmentEpisode("r1", 0)
 E2 = EnvironmentEpisode("r2", 0)
@@ -69,9 +68,7 @@ async def test_the_first_call_past_the_lease_resumes_the_participant(
     assert all(core.lease_expires_at is not None for core in deployment.cores.values())
     assert not any(hooks.admission_open for hooks in deployment.hooks.values())
 
-    assert isinstance(deployment.clock, FakeClock)
-    lease = max(core.lease_expires_at or 0.0 for core in deployment.cores.values())
-    deployment.clock.advance(lease - deployment.clock.now() + 1)
+    pass_every_lease(deployment)
     with capture_logs() as logs:
         for name in deployment.cores:
             reply = await deployment.transport.request(name, "GET", "status", None, timeout=30)

@@ -36,6 +36,7 @@ from helpers.dict_deployment import (
     LoopbackHttp,
     discovered,
     far,
+    pass_every_lease,
     restore_r1,
     saved_then_restored,
 )
@@ -190,9 +191,7 @@ async def test_a_restore_refused_by_every_participant_is_abandoned(tmp_path: Pat
 async def test_a_restored_participant_whose_lease_ran_out_resumes_itself(tmp_path: Path) -> None:
     """Past a restore's lease the next call finds every participant idle, state kept."""
     fresh, adapter = await restored_deployment(tmp_path)
-    assert isinstance(fresh.clock, FakeClock)
-    lease = max(core.lease_expires_at or 0.0 for core in fresh.cores.values())
-    fresh.clock.advance(lease - fresh.clock.now() + 1)
+    pass_every_lease(fresh)
     with capture_logs() as logs:
         for name in fresh.cores:
             reply = await fresh.transport.request(name, "GET", "status", None, timeout=30)
