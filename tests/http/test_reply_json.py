@@ -141,3 +141,13 @@ def test_control_reply_refuses_deep_nesting_as_a_transport_failure() -> None:
     """100,000 levels: TransportFailure, not RecursionError."""
     with pytest.raises(TransportFailure):
         control_reply(200, b"[" * 100_000)
+
+
+@pytest.mark.parametrize("levels", [63, 64, 65])
+def test_arrays_and_objects_alternating_count_one_level_each(levels: int) -> None:
+    """``[{[{...}]}]`` is as deep as its brackets, whichever kind opens each level."""
+    opens = b"".join(b"[" if level % 2 == 0 else b'{"k":' for level in range(levels))
+    closes = b"".join(b"]" if level % 2 == 0 else b"}" for level in reversed(range(levels)))
+    data = opens + b'"[[[[]"' + closes  # brackets inside a string do not nest
+    assert nests_deeper(data) is (levels > MAX_REPLY_DEPTH)
+    assert json.loads(data) is not None
