@@ -115,17 +115,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from helpers.shared_servers import SharedServerScheduling  # imports xdist
 
     return SharedServerScheduling(config, log)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A new user of a session server is listed beside the others, or it would start the
-    server again on another worker."""
-    from helpers.shared_servers import misplaced_users
-
-    root = config.rootpath
-    uses = [(item.path.relative_to(root).as_posix(), item.fixturenames) for item in items]
-    misplaced = misplaced_users(uses)
-    if misplaced:
-        raise pytest.UsageError(
-            "add these to helpers.shared_servers.SESSION_SERVERS: " + "; ".join(misplaced)
-        )
