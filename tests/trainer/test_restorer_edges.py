@@ -10,7 +10,9 @@ ledger and data plane), so a backend that restores nothing can take them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,10 @@ from envckpt.telemetry.snapshot_record import SnapshotTelemetry
 from envckpt.trainer.barrier import Cut, DataPlaneBarrier, SectionKind
 from envckpt.trainer.dataplane import SqliteDataPlane
 from envckpt.trainer.job_errors import AllSnapshotsRefused, RestoreFailed
-from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
+from envckpt.trainer.layout import DATA_PLANE_NAME, LEDGER_NAME, LOCK_NAME, SIDECAR_DIR
 from envckpt.trainer.ledger import RecoveryLedger
 from envckpt.trainer.restorer import Restorer
+from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import (
     MANIFEST_NAME,
     build_snapshot_manifest,
@@ -426,3 +429,74 @@ async def test_foreign_entries_are_reported_as_left_during_a_restore(tmp_path: P
         str(root / "snapshots" / "notes.txt"): "restore",
         str(unverified): "restore",
     }
+
+
+def root_is_free(root: Path) -> bool:
+    """Whether another open of the lock file could take it now (flock is per open file)."""
+    fd = os.open(root / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+async def test_the_restore_holds_the_root_until_its_report_lets_go(tmp_path: Path) -> None:
+    """A landed restore hands its lock to the report; released, the root is free."""
+    root = tmp_path / "snap"
+    await publish(root, "rollouts-1", created_at=1_800_000_000.0)
+    report = await restorer(root, RestoresNothing()).restore(
+        data_plane_path=tmp_path / "live.sqlite"
+    )
+    report.data_plane.close()
+    assert report.lock is not None and not root_is_free(root)
+    report.lock.release()
+    assert root_is_free(root)
+
+
+async def test_a_failed_restore_lets_go_of_its_own_lock_only(tmp_path: Path) -> None:
+    """Failing, a restore releases the lock it took, and leaves a caller's lock held."""
+    await failed_restore(tmp_path, RuntimeError("boom"))
+    root = tmp_path / "snap"
+    assert root_is_free(root)
+    lock = RootLock.acquire(root)
+    with pytest.raises(RestoreFailed):
+        await restorer(root, FailsWith(RuntimeError("boom")), lock=lock).restore(
+            data_plane_path=tmp_path / "live.sqlite"
+        )
+    assert lock.held and not root_is_free(root)
+    lock.release()
+    assert root_is_free(root)
+
+
+async def test_a_restore_under_the_caller_s_lock_takes_no_hold_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """Given a lock, the report carries it; one release by the caller frees the root."""
+    root = tmp_path / "snap"
+    await publish(root, "rollouts-1", created_at=1_800_000_000.0)
+    lock = RootLock.acquire(root)
+    report = await restorer(root, RestoresNothing(), lock=lock).restore(
+        data_plane_path=tmp_path / "live.sqlite"
+    )
+    report.data_plane.close()
+    assert report.lock is lock
+    lock.release()
+    assert root_is_free(root)
+
+
+async def test_a_fresh_start_reports_the_debris_it_removed_and_its_record(
+    tmp_path: Path,
+) -> None:
+    """No snapshot, one crashed temporary directory: removed, counted, and recorded."""
+    root = tmp_path / "snap"
+    (root / ".tmp" / "envckpt-rollouts-crashed").mkdir(parents=True)
+    records = Records()
+    report = await restorer(root, RestoresNothing(), observers=[records]).restore(
+        data_plane_path=tmp_path / "live.sqlite"
+    )
+    report.data_plane.close()
+    assert report.path is None and report.debris_removed == 1
+    assert records.restores == [report.telemetry]
