@@ -22,13 +22,16 @@ import structlog
 from structlog.testing import capture_logs
 
 from envckpt import crashpoints
+from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     CorruptCheckpoint,
     DeadlineExceeded,
     GymCheckpointUnavailable,
     IllegalTransition,
+    ProtocolViolation,
 )
 from envckpt.interfaces import NoEnvironmentCheckpoint, RestoredEnvironmentRollouts
+from envckpt.inventory import SnapshotContents
 from envckpt.telemetry.restore_record import RestoreTelemetry
 from envckpt.telemetry.snapshot_record import SnapshotTelemetry
 from envckpt.trainer.barrier import Cut, DataPlaneBarrier, SectionKind
@@ -500,3 +503,28 @@ async def test_a_fresh_start_reports_the_debris_it_removed_and_its_record(
     report.data_plane.close()
     assert report.path is None and report.debris_removed == 1
     assert records.restores == [report.telemetry]
+
+
+@pytest.mark.parametrize("snapshots", [0, 1])
+async def test_the_report_s_ledger_checks_staging_rows_in_the_report_s_data_plane(
+    tmp_path: Path, snapshots: int
+) -> None:
+    """Fresh or restored, the ledger handed back checks later snapshots against the live
+    data plane: a kept staging key with no row there is refused."""
+    root = tmp_path / "snap"
+    if snapshots:
+        await publish(root, "rollouts-1", created_at=1_800_000_000.0)
+    report = await restorer(root, RestoresNothing()).restore(
+        data_plane_path=tmp_path / "live.sqlite"
+    )
+    cut = Cut(SectionKind.MUTATION)
+    report.ledger.reserve(cut, "r", "math")
+    report.ledger.dispatch(cut, "r")
+    contents = SnapshotContents(
+        "rollouts-2",
+        exported={"math": (EnvironmentEpisode("r", 0),)},
+        restarts={},
+        staging_keys={"math": ("no-such-row",)},
+    )
+    with report.data_plane, pytest.raises(ProtocolViolation):
+        await report.ledger.verify_against_cut(cut, contents)
