@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from envckpt.errors import CorruptCheckpoint, ManifestTooLarge
-from envckpt.participant.store import MANIFEST_NAME, SCHEMA_VERSION, read_manifest
+from envckpt.participant.store import MANIFEST_NAME, SCHEMA_VERSION, Manifest, read_manifest
 
 from helpers.store_files import CKPT, INSTANCE, KIND, pdir, read, rewrite_manifest, write
 
@@ -126,3 +126,70 @@ def test_the_value_cap_counts_every_value_and_allows_exactly_the_cap(tmp_path: P
     with pytest.raises(ManifestTooLarge) as caught:
         read_manifest(tmp_path, max_values=values - 1, **kwargs)
     assert caught.value.path == str(pdir(tmp_path) / MANIFEST_NAME)
+
+
+def test_a_missing_manifest_says_the_checkpoint_is_unpublished(tmp_path: Path) -> None:
+    """No manifest.json: 'unpublished or missing', pointing at where it should be."""
+    write(tmp_path)
+    (pdir(tmp_path) / MANIFEST_NAME).unlink()
+    assert refusal(tmp_path).message == "no manifest: unpublished or missing checkpoint"
+
+
+def test_a_nan_in_a_manifest_is_no_json(tmp_path: Path) -> None:
+    """NaN is refused by the parser itself, even in an extras field."""
+    write(tmp_path)
+    path = pdir(tmp_path) / MANIFEST_NAME
+    path.write_text(path.read_text().replace("{", '{"extra": NaN, ', 1))
+    assert refusal(tmp_path).message == "manifest is not valid JSON: NaN is not valid JSON"
+
+
+def test_a_manifest_over_the_value_cap_says_how_many_it_lists(tmp_path: Path) -> None:
+    """The cap's refusal names the manifest, the count found and the cap."""
+    write(tmp_path)
+    with pytest.raises(ManifestTooLarge) as caught:
+        read_manifest(tmp_path, kind=KIND, instance=INSTANCE, max_values=3)
+    assert caught.value.message == "manifest lists 4 entries, over its cap of 3"
+
+
+def test_a_records_file_escaping_the_directory_points_at_the_manifest(tmp_path: Path) -> None:
+    """records_file '../x': refused, the manifest named as where the bad name is."""
+    write(tmp_path)
+    rewrite_manifest(tmp_path, records_file="../x")
+    assert refusal(tmp_path).message == "records_file '../x' escapes the participant directory"
+
+
+def manifest_fields(**changes: Any) -> dict[str, Any]:
+    sha = "a" * 64
+    fields: dict[str, Any] = {
+        "kind": KIND,
+        "instance": INSTANCE,
+        "checkpoint_id": CKPT,
+        "records_file": f"records-{sha}.jsonl",
+        "records_sha256": sha,
+        "record_count": 1,
+    }
+    return fields | changes
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"schema_version": 2}, "unknown schema_version 2"),
+        ({"schema_version": True}, "unknown schema_version True"),
+        ({"kind": "a/b"}, "kind must be one safe path component, got 'a/b'"),
+        ({"instance": ".."}, "instance must be one safe path component, got '..'"),
+        ({"records_sha256": "A" * 64}, f"records_sha256 {'A' * 64!r} is not 64 lowercase hex"),
+        ({"records_sha256": 7}, "records_sha256 7 is not 64 lowercase hex"),
+        (
+            {"records_file": "records-x.jsonl"},
+            f"records_file 'records-x.jsonl' must be 'records-{'a' * 64}.jsonl'",
+        ),
+        ({"record_count": -1}, "record_count must be a non-negative int, got -1"),
+        ({"record_count": True}, "record_count must be a non-negative int, got True"),
+    ],
+)
+def test_a_manifest_value_checks_each_field(changes: dict[str, Any], message: str) -> None:
+    """Building a Manifest with one bad field: ValueError naming the field and the value."""
+    with pytest.raises(ValueError) as caught:
+        Manifest(**manifest_fields(**changes))
+    assert str(caught.value) == message
