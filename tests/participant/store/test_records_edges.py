@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +96,10 @@ def padding(total: int) -> tuple[bytes, int]:
     return b'{"p":"' + b"x" * (rest - 9) + b'"}\n' + b"{}\n" * short, short + 1
 
 
-@pytest.mark.parametrize("offset", [0, CHUNK - 6])
+@pytest.mark.parametrize("offset", [0, CHUNK - 6, CHUNK - 16])
 def test_a_line_of_exactly_the_cap_is_read(tmp_path: Path, offset: int) -> None:
-    """A 16-byte line under a 16-byte cap reads, at the start or split across two reads."""
+    """A 16-byte line under a 16-byte cap reads: at the start, split across two reads, or
+    filling the end of one read with its newline in the next."""
     pad, count = padding(offset)
     line = b'{"k": "' + b"y" * 7 + b'"}'
     assert len(line) == 16 and len(pad) == offset
@@ -157,6 +159,24 @@ def test_every_reader_takes_nan_only_when_allowed(tmp_path: Path) -> None:
     [record] = list(iter_records(tmp_path, manifest, allow_nan=True))
     [(again, _)] = list(reread_records(tmp_path, manifest, identity, allow_nan=True))
     assert record["x"] != record["x"] and again["x"] != again["x"]  # NaN, as written
+    with pytest.raises(CorruptCheckpoint):
+        list(iter_records(tmp_path, manifest))
+    with pytest.raises(CorruptCheckpoint):
+        list(reread_records(tmp_path, manifest, identity))
+
+
+def test_reading_streams_in_bounded_memory(tmp_path: Path) -> None:
+    """A 16 MB records file is read a chunk at a time: far less than the file is held."""
+    line = b'{"t": "' + b"x" * 990 + b'"}\n'
+    count = 16 * 1024
+    manifest = published(tmp_path, line * count, count)
+    tracemalloc.start()
+    try:
+        verify_records(tmp_path, manifest)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, peak
 
 
 def test_the_line_cap_reaches_the_decoder_from_every_reader(tmp_path: Path) -> None:
