@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tracemalloc
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,12 @@ def test_the_line_cap_reaches_the_decoder_from_every_reader(tmp_path: Path) -> N
         list(iter_records(tmp_path, manifest, max_line_bytes=8))
     with pytest.raises(CorruptCheckpoint):
         list(reread_records(tmp_path, manifest, identity, max_line_bytes=8))
+
+
+def test_reading_raises_no_warning(tmp_path: Path) -> None:
+    """Verifying and streaming records warns about nothing (warnings as errors here)."""
+    manifest = published(tmp_path, b'{"a": 1}\n', 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        identity = verify_records(tmp_path, manifest)
+        assert list(reread_records(tmp_path, manifest, identity)) == [({"a": 1}, 9)]
