@@ -8,14 +8,14 @@ fired here once by each run, each time with the state and replies checked:
 
 * ``preparing`` --prepare_blocked / renew / fail-->, ``resumed``
   --prepare_blocked / fail-->;
-* ``committed`` --fail--> (a second commit cancelled after the first);
+* ``committed`` --fail--> (a second commit cancelled after the first), after
+  which only resume is allowed;
 * ``restored`` --renew / retire / forget / abandon_restore-->.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,35 +23,23 @@ from structlog.testing import capture_logs
 
 from envckpt.clock import SystemClock
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import GymCheckpointUnavailable
+from envckpt.errors import GymCheckpointUnavailable, IllegalTransition
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, saved_then_restored
+from helpers.dict_deployment import (
+    E1,
+    Deployment,
+    LoopbackHttp,
+    all_idle_and_open,
+    discovered,
+    far,
+    saved_then_restored,
+)
+from helpers.fired_rows import fired
 
-E1 = EnvironmentEpisode("r1", 0)
 STALE = EnvironmentEpisode("old", 0)
 TRANSPORTS = [pytest.param(False, id="in-process"), pytest.param(True, id="http")]
-
-
-@pytest.fixture(autouse=True)
-async def _close_servers() -> AsyncIterator[None]:
-    yield
-    await LoopbackHttp.close_all()
-
-
-def lifecycle(logs: list[dict[str, object]]) -> list[tuple[object, object, object]]:
-    return [
-        (e["source"], e["trigger"], e["dest"])
-        for e in logs
-        if e.get("machine") == "instance_lifecycle"
-    ]
-
-
-def all_idle_and_open(deployment: Deployment) -> bool:
-    return all(
-        core.phase == "idle" and deployment.hooks[name].admission_open
-        for name, core in deployment.cores.items()
-    )
+pytestmark = pytest.mark.usefixtures("close_loopback_servers")
 
 
 def crossed(deployment: Deployment, before: int) -> bool:
@@ -87,7 +75,7 @@ async def test_blocked_prepares_renewed_and_failed(http: bool) -> None:
             await adapter.prepare("c3", deadline_ts=far(deployment))
         assert "agent" in unreachable.value.failures and adapter.state == "failed"
         await adapter.resume("c3", deadline_ts=far(deployment))
-    assert lifecycle(logs) == [
+    assert fired(logs, "instance_lifecycle") == [
         ("discovered", "prepare_blocked", "preparing"),
         ("preparing", "prepare_blocked", "preparing"),
         ("preparing", "renew", "preparing"),
@@ -124,7 +112,12 @@ async def test_a_commit_failing_after_another_commit_committed(http: bool, tmp_p
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
-    assert lifecycle(logs) == [("prepared", "commit", "committed"), ("committed", "fail", "failed")]
+    assert fired(logs, "instance_lifecycle") == [
+        ("prepared", "commit", "committed"),
+        ("committed", "fail", "failed"),
+    ]
+    with pytest.raises(IllegalTransition):
+        await adapter.prepare("c2", deadline_ts=far(deployment))
     await adapter.resume("c1", deadline_ts=far(deployment))
     assert adapter.state == "resumed" and all_idle_and_open(deployment)
     assert crossed(deployment, delivered)
@@ -149,8 +142,9 @@ async def test_a_restore_renewed_cleaned_up_then_abandoned(http: bool, tmp_path:
         assert all(core.fence.mark("old") == 0 for core in fresh.cores.values())
         await adapter.forget("r1", ["old"], deadline_ts=far(fresh))
         assert all(core.fence.mark("old") is None for core in fresh.cores.values())
+        assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
         await adapter.abandon_restore("r1", [E1], deadline_ts=far(fresh))
-    assert lifecycle(logs) == [
+    assert fired(logs, "instance_lifecycle") == [
         ("restored", "renew", "restored"),
         ("restored", "retire", "restored"),
         ("restored", "forget", "restored"),
