@@ -6,8 +6,8 @@ uvicorn, the FastAPI routes and the HTTP client). ``make verify`` judges
 transition coverage per machine and per transport, so each row below is
 fired here once by each run, each time with the state and replies checked:
 
-* ``preparing`` --prepare_blocked / renew / fail-->, ``resumed``
-  --prepare_blocked / fail-->;
+* ``preparing`` --prepare_blocked / renew / prepare / fail-->, ``prepared``
+  --renew-->, ``resumed`` --prepare_blocked / fail-->;
 * ``committed`` --fail--> (a second commit cancelled after the first), after
   which only resume is allowed;
 * ``restored`` --renew / retire / forget / abandon_restore-->.
@@ -16,6 +16,8 @@ fired here once by each run, each time with the state and replies checked:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from structlog.testing import capture_logs
 from envckpt.clock import SystemClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import GymCheckpointUnavailable, IllegalTransition
+from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
 from helpers.dict_deployment import (
@@ -47,25 +50,70 @@ def crossed(deployment: Deployment, before: int) -> bool:
     return (LoopbackHttp.delivered > before) == deployment.http
 
 
+@contextlib.asynccontextmanager
+async def blocked_twice(
+    deployment: Deployment, adapter: GymCheckpointAdapter
+) -> AsyncIterator[None]:
+    """c1's prepare and its retry, both blocked by r1 running on tools: preparing. r1 runs
+    until the block ends."""
+    async with deployment.cores["tools"].admit(E1):
+        first = await adapter.prepare("c1", deadline_ts=far(deployment))
+        again = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert first.blockers() == again.blockers() == {"tools": ("r1",)}
+        assert adapter.state == "preparing"
+        yield
+
+
 @pytest.mark.parametrize("http", TRANSPORTS)
-async def test_blocked_prepares_renewed_and_failed(http: bool) -> None:
-    """From discovered and from resumed a blocked prepare stays preparing; a failure fails."""
+async def test_a_blocked_prepare_is_renewed_and_then_ready(http: bool) -> None:
+    """preparing: a renew extends every lease, then ready (and renewed again while prepared)."""
     delivered = LoopbackHttp.delivered
     deployment = Deployment(http=http)
     adapter = await discovered(deployment)
-    tools = deployment.cores["tools"]
     with capture_logs() as logs:
-        async with tools.admit(E1):
-            await adapter.prepare("c1", deadline_ts=far(deployment))
-            again = await adapter.prepare("c1", deadline_ts=far(deployment))
-            assert again.blockers() == {"tools": ("r1",)} and adapter.state == "preparing"
+        async with blocked_twice(deployment, adapter):
             renewed_to = far(deployment) + 1000
             await adapter.renew("c1", deadline_ts=renewed_to)
-            assert tools.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+            assert adapter.state == "preparing"
+            for core in deployment.cores.values():
+                assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+        ready = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert ready.prepared and adapter.state == "prepared"
+        await adapter.renew("c1", deadline_ts=renewed_to + 10)
+        assert all(
+            core.lease_expires_at == renewed_to + 10 + DEFAULT_LEASE_GRACE_SECONDS
+            for core in deployment.cores.values()
+        )
+        await adapter.resume("c1", deadline_ts=far(deployment))
+    assert fired(logs, "instance_lifecycle") == [
+        ("discovered", "prepare_blocked", "preparing"),
+        ("preparing", "prepare_blocked", "preparing"),
+        ("preparing", "renew", "preparing"),
+        ("preparing", "prepare", "prepared"),
+        ("prepared", "renew", "prepared"),
+        ("prepared", "resume", "resumed"),
+    ]
+    assert all_idle_and_open(deployment)
+    assert crossed(deployment, delivered)
+
+
+@pytest.mark.parametrize("http", TRANSPORTS)
+async def test_blocked_prepares_that_fail(http: bool) -> None:
+    """From discovered and from resumed a blocked prepare stays preparing; a failure fails,
+    and leaves only resume (a prepare is refused without a request)."""
+    delivered = LoopbackHttp.delivered
+    deployment = Deployment(http=http)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs:
+        async with blocked_twice(deployment, adapter):
             deployment.faults.add("error", server="tools", route="prepare")
             with pytest.raises(GymCheckpointUnavailable) as failed:
                 await adapter.prepare("c1", deadline_ts=far(deployment))
             assert "tools" in failed.value.failures and adapter.state == "failed"
+            before = deployment.transport.requests
+            with pytest.raises(IllegalTransition):
+                await adapter.prepare("c2", deadline_ts=far(deployment))
+            assert deployment.transport.requests == before
             await adapter.resume("c1", deadline_ts=far(deployment))
             blocked = await adapter.prepare("c2", deadline_ts=far(deployment))
             assert blocked.blockers() == {"tools": ("r1",)} and adapter.state == "preparing"
@@ -78,7 +126,6 @@ async def test_blocked_prepares_renewed_and_failed(http: bool) -> None:
     assert fired(logs, "instance_lifecycle") == [
         ("discovered", "prepare_blocked", "preparing"),
         ("preparing", "prepare_blocked", "preparing"),
-        ("preparing", "renew", "preparing"),
         ("preparing", "fail", "failed"),
         ("failed", "resume", "resumed"),
         ("resumed", "prepare_blocked", "preparing"),

@@ -5,11 +5,10 @@ control call crosses uvicorn, the FastAPI routes and the HTTP client to
 participant cores these tests also read. ``make verify``'s transition
 coverage counts each row fired here as exercised over HTTP:
 
-* instance lifecycle: ``preparing`` --prepare_blocked / renew / prepare /
-  fail-->, ``prepared`` --renew-->, ``discovered`` --retire / forget /
-  fail / fail_restore--> (``restored`` --renew / retire / forget--> and
-  ``committed`` --fail--> are ``test_rows_in_each_transport.py``'s, run over
-  HTTP too);
+* instance lifecycle: ``discovered`` --retire / forget / fail /
+  fail_restore--> (``preparing``, ``prepared``, ``committed`` and
+  ``restored`` rows are ``test_rows_in_each_transport.py``'s, run over HTTP
+  too);
 * participant phases: ``restored`` --expire--> (a restored lease runs out);
 * snapshot session: ``committed`` --resume--> (a snapshot left without
   checking the cut).
@@ -24,14 +23,12 @@ from structlog.testing import capture_logs
 
 from envckpt.clock import FakeClock
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable, IllegalTransition
+from envckpt.errors import CorruptCheckpoint, GymCheckpointUnavailable
 from envckpt.facade.manifest import MANIFEST_NAME
-from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
 from helpers.dict_deployment import (
     E1,
     Deployment,
-    LoopbackHttp,
     all_idle_and_open,
     discovered,
     far,
@@ -44,64 +41,6 @@ from helpers.fired_rows import fired
 
 STALE = EnvironmentEpisode("old", 0)
 pytestmark = pytest.mark.usefixtures("close_loopback_servers")
-
-
-async def test_a_blocked_prepare_is_retried_renewed_and_then_ready(tmp_path: Path) -> None:
-    """preparing: a repeat still blocked stays, a renew extends every lease, then ready
-    (and renewed again while prepared)."""
-    deployment = Deployment(http=True)
-    adapter = await discovered(deployment)
-    # Held by the last stage's participant, so every participant has c1 open to renew.
-    tools = deployment.cores["tools"]
-    with capture_logs() as logs:
-        async with tools.admit(E1):
-            first = await adapter.prepare("c1", deadline_ts=far(deployment))
-            again = await adapter.prepare("c1", deadline_ts=far(deployment))
-            assert adapter.state == "preparing"
-            assert first.blockers() == again.blockers() == {"tools": ("r1",)}
-            renewed_to = far(deployment) + 1000
-            await adapter.renew("c1", deadline_ts=renewed_to)
-            assert adapter.state == "preparing"
-            for core in deployment.cores.values():
-                assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
-        ready = await adapter.prepare("c1", deadline_ts=far(deployment))
-        assert ready.prepared and adapter.state == "prepared"
-        await adapter.renew("c1", deadline_ts=renewed_to + 10)
-        assert all(
-            core.lease_expires_at == renewed_to + 10 + DEFAULT_LEASE_GRACE_SECONDS
-            for core in deployment.cores.values()
-        )
-        await adapter.resume("c1", deadline_ts=far(deployment))
-    assert fired(logs, "instance_lifecycle") == [
-        ("discovered", "prepare_blocked", "preparing"),
-        ("preparing", "prepare_blocked", "preparing"),
-        ("preparing", "renew", "preparing"),
-        ("preparing", "prepare", "prepared"),
-        ("prepared", "renew", "prepared"),
-        ("prepared", "resume", "resumed"),
-    ]
-    assert all_idle_and_open(deployment)
-    assert LoopbackHttp.delivered > 0
-
-
-async def test_a_prepare_failing_while_preparing_moves_to_failed() -> None:
-    """A retried prepare that fails with the checkpoint open leaves only resume."""
-    deployment = Deployment(http=True)
-    adapter = await discovered(deployment)
-    async with deployment.cores["agent"].admit(E1):
-        await adapter.prepare("c1", deadline_ts=far(deployment))
-    assert adapter.state == "preparing"
-    deployment.faults.add("error", server="tools", route="prepare")
-    with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as info:
-        await adapter.prepare("c1", deadline_ts=far(deployment))
-    assert "tools" in info.value.failures
-    assert fired(logs, "instance_lifecycle") == [("preparing", "fail", "failed")]
-    before = deployment.transport.requests
-    with pytest.raises(IllegalTransition):
-        await adapter.prepare("c2", deadline_ts=far(deployment))
-    assert deployment.transport.requests == before
-    await adapter.resume("c1", deadline_ts=far(deployment))
-    assert adapter.state == "resumed" and all_idle_and_open(deployment)
 
 
 async def test_cleanup_calls_and_a_failed_prepare_between_checkpoints() -> None:
