@@ -40,7 +40,7 @@ from envckpt.demo.report import Verdict, table
 from envckpt.demo.scenario import DemoSettings
 from envckpt.demo.summary import render_summary
 from envckpt.nemo_gym import examples
-from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
+from envckpt.nemo_gym.job_spec import JobSpec
 from envckpt.process_tie import child_env
 
 RUN_TIMEOUT = 600.0
@@ -71,22 +71,10 @@ class NemoGymDemo:
 
     def job_spec(self) -> JobSpec:
         """The ``envckpt.nemo_gym.job`` spec of this demo."""
-        counters, talks = (self.rollouts + 1) // 2, self.rollouts // 2
-        tasks = [
-            {"rollout_id": f"count-{i:02d}", "shard": "counter", "task": task}
-            for i, task in enumerate(examples.counter_tasks(counters))
-        ]
-        tasks += [
-            {"rollout_id": f"talk-{i:02d}", "shard": "multi", "task": task}
-            for i, task in enumerate(examples.multi_turn_tasks(talks))
-        ]
-        return JobSpec(
-            directory=self.directory,
-            deployments=(
-                DeploymentSpec("counter", examples.counter_config(), agent="counter_agent"),
-                DeploymentSpec("multi", examples.multi_turn_config(), agent="multi_turn_agent"),
-            ),
-            tasks=tuple(tasks),
+        return examples.example_job(
+            self.directory,
+            counters=(self.rollouts + 1) // 2,
+            multi_turns=self.rollouts // 2,
             snapshot_every=self.snapshot_every,
             policy_latency=self.policy_latency,
             in_flight_per_instance=self.in_flight_per_instance,

@@ -62,6 +62,12 @@ def check_nodes(verdict: Verdict, events: Sequence[Event], *, nodes: int) -> dic
     }
 
 
+def _outcome(name: str, *, seen: bool, problems: Sequence[str], fine: str) -> tuple[str, bool, str]:
+    """A check holds when what it judges happened (``seen``) without a problem; its detail
+    is the first three problems, or ``fine``."""
+    return name, seen and not problems, "; ".join(problems[:3]) if problems else fine
+
+
 def _kills_check(
     requests: Sequence[Event], killed: Sequence[Event], first: Event
 ) -> tuple[str, bool, str]:
@@ -78,10 +84,11 @@ def _kills_check(
     done = [event.get("node") for event in killed]
     if [r.get("node") for r in requests] != done:
         problems.append(f"asked for {[r.get('node') for r in requests]}, killed {done}")
-    return (
+    return _outcome(
         "a node was killed during the rollouts, after a snapshot held rollouts",
-        bool(requests) and not problems,
-        "; ".join(problems[:3]) if problems else f"{len(done)} node(s) killed, never the head",
+        seen=bool(requests),
+        problems=problems,
+        fine=f"{len(done)} node(s) killed, never the head",
     )
 
 
@@ -95,12 +102,11 @@ def _losses_check(requests: Sequence[Event], lost: Sequence[Event]) -> tuple[str
             problems.append(f"node hosted {sorted(hosted)}, lost {sorted(gone)}")
         if request.get("node") not in loss.get("nodes", ()):
             problems.append(f"the cluster never marked {request.get('node')} dead")
-    return (
+    return _outcome(
         "the instances on the killed node were lost with it",
-        bool(lost) and not problems,
-        "; ".join(problems[:3])
-        if problems
-        else f"{sum(len(e.get('instances', ())) for e in lost)} instance(s) lost",
+        seen=bool(lost),
+        problems=problems,
+        fine=f"{sum(len(e.get('instances', ())) for e in lost)} instance(s) lost",
     )
 
 
@@ -117,10 +123,11 @@ def _replacements_check(placed: Sequence[Event], lost: Sequence[Event]) -> tuple
         wanted = set((placed[0].get("placement") or {}).keys())
         if set(placement) != wanted or dead & set(placement.values()):
             problems.append(f"run {run}: placed {placement} with {sorted(dead)} dead")
-    return (
+    return _outcome(
         "replacement actors ran on the remaining nodes only",
-        bool(lost) and not problems,
-        "; ".join(problems[:3]) if problems else f"{len(lost)} replacement(s), none on a dead node",
+        seen=bool(lost),
+        problems=problems,
+        fine=f"{len(lost)} replacement(s), none on a dead node",
     )
 
 

@@ -97,17 +97,28 @@ def watch(
 ) -> int | None:
     """Follow one run with a progress bar until it ends; its exit code (None: timed out)."""
     bar = ProgressBar(f"run {incarnation}", settings.rollouts)
+    try:
+        code = follow(process, timeout, lambda: _show_progress(bar, settings, incarnation))
+        if code is not None:
+            _show_progress(bar, settings, incarnation)  # what the run logged just before it ended
+        return code
+    finally:
+        bar.close()
+
+
+def follow(
+    process: subprocess.Popen[bytes], timeout: float, tick: Callable[[], None]
+) -> int | None:
+    """Call ``tick`` every 50 ms while ``process`` runs; its exit code, or None once it ran
+    past ``timeout`` seconds (it is killed then)."""
     started = time.monotonic()
     while process.poll() is None:
-        _show_progress(bar, settings, incarnation)
+        tick()
         if time.monotonic() - started > timeout:
             process.kill()
             process.wait()
-            bar.close()
             return None
         time.sleep(0.05)
-    _show_progress(bar, settings, incarnation)  # what the run logged just before it ended
-    bar.close()
     return process.returncode
 
 

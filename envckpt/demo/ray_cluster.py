@@ -21,14 +21,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from typing import Any
 
 from envckpt.demo.events import EVENTS_NAME, EventLog, read_events, record_exit
 from envckpt.demo.gym_hosting import JobTokens
 from envckpt.demo.nodes_verdict import judge_nodes_directory, render_nodes
 from envckpt.demo.plan import PLAN_NAME, save_plan
-from envckpt.demo.processes import launch_run
+from envckpt.demo.processes import follow, launch_run
 from envckpt.demo.report import Verdict
 from envckpt.demo.scenario import SETTINGS_NAME, DemoSettings, save_settings
 from envckpt.demo.summary import render_summary
@@ -134,9 +133,11 @@ def watch_and_kill(
 ) -> int | None:
     """Follow the job with a progress bar, killing each node it asks for; its exit code."""
     bar = ProgressBar("job", settings.rollouts)
-    started, served = time.monotonic(), 0
     path = settings.directory / EVENTS_NAME
-    while process.poll() is None:
+    served = 0
+
+    def serve_kills() -> None:
+        nonlocal served
         events = read_events(path)
         for request in [e for e in events if e["event"] == "node_kill"][served:]:
             served += 1
@@ -146,14 +147,11 @@ def watch_and_kill(
             log.emit("node_killed" if killed else "node_kill_refused", node=node)
             log.close()
         bar.update(_done(events), f"{sum(e['event'] == 'snapshot' for e in events)} snapshots")
-        if time.monotonic() - started > RUN_SECONDS:
-            process.kill()
-            process.wait()
-            bar.close()
-            return None
-        time.sleep(0.05)
-    bar.close()
-    return process.returncode
+
+    try:
+        return follow(process, RUN_SECONDS, serve_kills)
+    finally:
+        bar.close()
 
 
 def _done(events: list[dict[str, Any]]) -> int:

@@ -3,6 +3,7 @@
     counter_config()       # simple_agent + vllm_model + example_session_state_mgmt
     multi_turn_config()    # gymnasium_agent + vllm_model + example_multi_turn_gymnasium
     counter_tasks(6), multi_turn_tasks(4)    # /run bodies in nemo-gym's dataset format
+    example_job(directory, counters=6, multi_turns=4, snapshot_every=0.3)  # a JobSpec of both
 
 Every server is nemo-gym's own class; only the policy endpoint behind
 ``vllm_model`` is scripted (``scripted_policy.py``), so rewards are
@@ -12,7 +13,10 @@ applied exactly once, a multi-turn task when the last follow-up was answered.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+from envckpt.nemo_gym.job_spec import DeploymentSpec, JobSpec
 
 POLICY = "policy_model"
 COUNTER_TOOLS = [
@@ -153,6 +157,28 @@ def multi_turn_tasks(count: int) -> list[dict[str, Any]]:
         multi_turn_task([WORDS[(index + k) % len(WORDS)] for k in range(2 + index % 3)])
         for index in range(count)
     ]
+
+
+def example_job(directory: Path, *, counters: int, multi_turns: int, **settings: Any) -> JobSpec:
+    """A job over both deployments: ``counters`` counter rollouts (``count-00``, ...) and
+    ``multi_turns`` multi-turn ones (``talk-00``, ...); ``settings``: JobSpec's other fields."""
+    tasks = [
+        {"rollout_id": f"count-{i:02d}", "shard": "counter", "task": task}
+        for i, task in enumerate(counter_tasks(counters))
+    ]
+    tasks += [
+        {"rollout_id": f"talk-{i:02d}", "shard": "multi", "task": task}
+        for i, task in enumerate(multi_turn_tasks(multi_turns))
+    ]
+    return JobSpec(
+        directory=directory,
+        deployments=(
+            DeploymentSpec("counter", counter_config(), agent="counter_agent"),
+            DeploymentSpec("multi", multi_turn_config(), agent="multi_turn_agent"),
+        ),
+        tasks=tuple(tasks),
+        **settings,
+    )
 
 
 def planned_increments(task: dict[str, Any]) -> list[int]:

@@ -15,9 +15,7 @@ is ``stale_attempt``), so the model can fail that generation with the same code.
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -29,11 +27,9 @@ from envckpt.http.connections import BadReply, ConnectFailed, ServerDisconnected
 from envckpt.http.json_client import JsonClient
 from envckpt.nemo_gym.gate import envelope_response
 from envckpt.participant import edge
+from envckpt.trainer.row_intake import RowReceiver, receive_row
 
-ROW_FIELDS = ("capture_key", "staging_key", "payload")
 DEFAULT_TIMEOUT = 60.0
-
-RowReceiver = Callable[[str, str, str], "Awaitable[None] | None"]
 
 
 class HttpRowStager:
@@ -76,13 +72,7 @@ def staging_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> 
                 raise ParticipantError(
                     "invalid_request", f"the body is not JSON: {error}"
                 ) from None
-            if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
-                raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")
-            if not all(isinstance(body[name], str) for name in ROW_FIELDS):
-                raise ParticipantError("invalid_request", "row fields must be strings")
-            outcome = receive(body["capture_key"], body["staging_key"], body["payload"])
-            if inspect.isawaitable(outcome):
-                await outcome
+            staged = await receive_row(body, receive)
         except ParticipantError as error:
             return envelope_response(error)
         except Exception as error:
@@ -90,7 +80,7 @@ def staging_router(receive: RowReceiver, *, token: str, path: str = "/rows") -> 
             return envelope_response(
                 ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
             )
-        return JSONResponse({"staged": body["staging_key"]})
+        return JSONResponse({"staged": staged})
 
     router = APIRouter()
     router.add_api_route(path, endpoint, methods=["POST"], response_class=JSONResponse)

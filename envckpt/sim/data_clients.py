@@ -114,7 +114,9 @@ class _JsonPoster(AsyncCloseable):
 
 
 class _ServerClient(_JsonPoster):
-    def __init__(self, base_url: str, *, timeout: float, **options: Any) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = DEFAULT_CALL_TIMEOUT, **options: Any
+    ) -> None:
         self.base_url = _checked_url(base_url, "base URL")
         super().__init__(timeout=timeout, **options)
 
@@ -130,9 +132,6 @@ class _ServerClient(_JsonPoster):
 class HttpModelClient(_ServerClient):
     """The agent's ``ModelClient`` to a policy model's ``/generate`` and ``/finish``."""
 
-    def __init__(self, base_url: str, *, timeout: float = DEFAULT_CALL_TIMEOUT, **options: Any):
-        super().__init__(base_url, timeout=timeout, **options)
-
     async def generate(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self._call("generate", request)
 
@@ -142,9 +141,6 @@ class HttpModelClient(_ServerClient):
 
 class HttpToolClient(_ServerClient):
     """The agent's ``ToolClient`` to a tool server's ``/call`` and ``/finish``."""
-
-    def __init__(self, base_url: str, *, timeout: float = DEFAULT_CALL_TIMEOUT, **options: Any):
-        super().__init__(base_url, timeout=timeout, **options)
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self._call("call", request)

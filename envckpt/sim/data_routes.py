@@ -26,7 +26,6 @@ failure is ``500 checkpoint_error``. All of them carry the envelope.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
@@ -48,11 +47,10 @@ from envckpt.http.tokens import require_strong_token
 from envckpt.sim.kinds.agent import AgentServer
 from envckpt.sim.kinds.model import PolicyModelServer
 from envckpt.sim.kinds.resources import ToolServer
+from envckpt.trainer.row_intake import RowReceiver, receive_row
 
 Handler = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
 Endpoint = Callable[[Request], Coroutine[Any, Any, JSONResponse]]
-RowReceiver = Callable[[str, str, str], "Awaitable[None] | None"]
-ROW_FIELDS = ("capture_key", "staging_key", "payload")
 
 
 def _envelope(error: ParticipantError) -> JSONResponse:
@@ -150,13 +148,7 @@ def rows_router(
                 refusal.headers["connection"] = "close"  # the body is never read
                 return refusal
             body = await _json_body(request, max_body_bytes)
-            if not isinstance(body, dict) or set(body) != set(ROW_FIELDS):
-                raise ParticipantError("invalid_request", f"a row has exactly {list(ROW_FIELDS)}")
-            if not all(isinstance(body[name], str) for name in ROW_FIELDS):
-                raise ParticipantError("invalid_request", "row fields must be strings")
-            outcome = receive(body["capture_key"], body["staging_key"], body["payload"])
-            if inspect.isawaitable(outcome):
-                await outcome
+            staged = await receive_row(body, receive)
         except BodyRefused as refusal:
             return refusal.response()
         except ParticipantError as error:
@@ -166,7 +158,7 @@ def rows_router(
             return _envelope(
                 ParticipantError("checkpoint_error", f"{type(error).__name__}: {error}")
             )
-        return JSONResponse({"staged": body["staging_key"]})
+        return JSONResponse({"staged": staged})
 
     router = APIRouter(tags=["envckpt trainer rows"])
     router.add_api_route(path, endpoint, methods=["POST"], response_class=JSONResponse)

@@ -25,10 +25,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from envckpt.coordination.transport import TransportFailure
 from envckpt.http.client import HttpTransport
+from envckpt.http.closing import AsyncCloseable
 from envckpt.http.serve import serve
 from envckpt.http.workers import WorkerDirectory
 from envckpt.protocol import STATUS_EXPECTED_WORKERS, STATUS_WORKERS
@@ -59,7 +59,7 @@ def free_port(host: str) -> int:
         return port
 
 
-class WorkerServers:
+class WorkerServers(AsyncCloseable):
     """The deployment's participant servers as uvicorn multi-worker processes."""
 
     def __init__(
@@ -99,17 +99,9 @@ class WorkerServers:
         try:
             await self._start()
         except BaseException:
-            await self._stop()
+            await self.aclose()
             raise
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self._stop()
 
     async def _start(self) -> None:
         host = self.serving.host
@@ -200,7 +192,8 @@ class WorkerServers:
                     raise TimeoutError(f"{sorted(pending)} not ready in {READY_SECONDS:g} s")
                 await asyncio.sleep(0.1)
 
-    async def _stop(self) -> None:
+    async def aclose(self) -> None:
+        """Stop every server process (SIGTERM, then SIGKILL past its grace) and the judge if any."""
         children, self._children = self._children, {}
         for child in children.values():
             if child.poll() is None:

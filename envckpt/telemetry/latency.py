@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from envckpt.telemetry import fields
@@ -37,12 +37,7 @@ class ParticipantTelemetry:
     records: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "server": self.server,
-            "prepare_seconds": self.prepare_seconds,
-            "commit_seconds": self.commit_seconds,
-            "records": self.records,
-        }
+        return asdict(self)  # the wire names are the field names
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> ParticipantTelemetry:
@@ -73,16 +68,8 @@ class InstanceTelemetry:
         return self.prepare_seconds + self.commit_seconds
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "instance_id": self.instance_id,
-            "prepare_seconds": self.prepare_seconds,
-            "commit_seconds": self.commit_seconds,
-            "bytes": self.bytes,
-            "records": self.records,
-            "exported": self.exported,
-            "restarts": self.restarts,
-            "participants": [p.to_json() for p in self.participants],
-        }
+        # The wire names are the field names; the participants travel as a JSON list.
+        return {**asdict(self), "participants": [p.to_json() for p in self.participants]}
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> InstanceTelemetry:
@@ -127,13 +114,7 @@ class LatencySummary:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "p50": self.p50,
-            "p90": self.p90,
-            "max": self.max,
-            "slowest": self.slowest,
-        }
+        return asdict(self)  # the wire names are the field names
 
     @classmethod
     def from_json(cls, body: object) -> LatencySummary:

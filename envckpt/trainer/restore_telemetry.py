@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from envckpt.interfaces import RestoredEnvironmentRollouts
@@ -70,6 +70,21 @@ class RestoreClock:
         """(started, ended) in Unix seconds."""
         return self.wall_start, self.wall_start + (time.monotonic() - self.start)
 
+    def _record(
+        self, outcome: RestoreOutcome, *, snapshot: str | None, considered: int, refused: int
+    ) -> RestoreTelemetry:
+        """What every outcome records: when, each step's seconds, the snapshots looked at."""
+        started, ended = self.wall()
+        return RestoreTelemetry(
+            outcome=outcome,
+            started_at=started,
+            ended_at=ended,
+            snapshot=snapshot,
+            phases=self.phases(),
+            considered=considered,
+            refused=refused,
+        )
+
     def restored_record(
         self,
         *,
@@ -82,15 +97,10 @@ class RestoreClock:
         restored: RestoredEnvironmentRollouts | None,
     ) -> RestoreTelemetry:
         latencies = dict(restored.instance_seconds) if restored is not None else {}
-        started, ended = self.wall()
-        return RestoreTelemetry(
-            outcome=RestoreOutcome.RESTORED,
-            started_at=started,
-            ended_at=ended,
-            snapshot=snapshot,
-            phases=self.phases(),
-            considered=considered,
-            refused=refused,
+        return replace(
+            self._record(
+                RestoreOutcome.RESTORED, snapshot=snapshot, considered=considered, refused=refused
+            ),
             continued=len(continued),
             restarted=len(abandoned),
             cleared_rows=cleared_rows,
@@ -103,28 +113,17 @@ class RestoreClock:
         )
 
     def fresh_record(self, *, considered: int, refused: int) -> RestoreTelemetry:
-        started, ended = self.wall()
-        return RestoreTelemetry(
-            outcome=RestoreOutcome.FRESH,
-            started_at=started,
-            ended_at=ended,
-            phases=self.phases(),
-            considered=considered,
-            refused=refused,
+        return self._record(
+            RestoreOutcome.FRESH, snapshot=None, considered=considered, refused=refused
         )
 
     def failed_record(
         self, *, snapshot: str | None, considered: int, refused: int, error: BaseException
     ) -> RestoreTelemetry:
-        started, ended = self.wall()
-        return RestoreTelemetry(
-            outcome=RestoreOutcome.FAILED,
-            started_at=started,
-            ended_at=ended,
-            snapshot=snapshot,
-            phases=self.phases(),
-            considered=considered,
-            refused=refused,
+        return replace(
+            self._record(
+                RestoreOutcome.FAILED, snapshot=snapshot, considered=considered, refused=refused
+            ),
             failure=f"{type(error).__name__}: {error}"[:2000],
             failures_by_code=failures_by_code(error),
         )

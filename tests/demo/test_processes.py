@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from envckpt.cli import main
 from envckpt.demo.events import EVENTS_NAME, read_events
+from envckpt.demo.processes import follow
 from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.demo.summary import run_pauses
 from envckpt.machines.tables import ALL_TABLES, PARTICIPANT_PHASES
@@ -73,3 +76,26 @@ def test_the_process_demo_preempted_by_sigterm_redoes_no_turn(tmp_path: Path) ->
     final = next(e for e in events if e["event"] == "final_snapshot")
     restored = [e for e in events if e["event"] == "restored" and e["incarnation"] == 2]
     assert final["checkpoint_id"] and restored[0]["snapshot"] == final["checkpoint_id"]
+
+
+def test_follow_ticks_until_the_process_ends_and_answers_its_exit_code() -> None:
+    """Ticked while the process runs (the first tick lets it end); its exit code answered."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"], stdin=subprocess.PIPE
+    )
+    assert process.stdin is not None
+    ticks: list[None] = []
+
+    def tick() -> None:
+        ticks.append(None)
+        process.stdin.close()  # the child waits for its stdin to close
+
+    assert follow(process, 60.0, tick) == 3
+    assert len(ticks) >= 1
+
+
+def test_follow_kills_a_process_past_its_timeout() -> None:
+    """A process still running at the timeout is killed and reaped; the answer is None."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert follow(process, 0.2, lambda: None) is None
+    assert process.returncode is not None and process.returncode < 0

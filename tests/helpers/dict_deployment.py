@@ -177,6 +177,14 @@ def pass_every_lease(deployment: Deployment) -> None:
     deployment.clock.advance(lease - deployment.clock.now() + 1)
 
 
+def all_idle_and_open(deployment: Deployment) -> bool:
+    """Whether every participant of ``deployment`` is idle with its admission reopened."""
+    return all(
+        core.phase == "idle" and deployment.hooks[name].admission_open
+        for name, core in deployment.cores.items()
+    )
+
+
 def far(deployment: Deployment) -> float:
     """A deadline a minute ahead of the deployment's clock."""
     return deployment.clock.now() + 60

@@ -13,7 +13,6 @@ idempotent.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,12 +26,7 @@ from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, p
 
 E1 = EnvironmentEpisode("r1", 0)
 E2 = EnvironmentEpisode("r2", 0)
-
-
-@pytest.fixture(autouse=True)
-async def _close_servers() -> AsyncIterator[None]:
-    yield
-    await LoopbackHttp.close_all()
+pytestmark = pytest.mark.usefixtures("close_loopback_servers")
 
 
 async def open_checkpoint(

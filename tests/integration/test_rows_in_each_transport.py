@@ -6,15 +6,17 @@ uvicorn, the FastAPI routes and the HTTP client). ``make verify`` judges
 transition coverage per machine and per transport, so each row below is
 fired here once by each run, each time with the state and replies checked:
 
-* ``preparing`` --prepare_blocked / renew / fail-->, ``resumed``
-  --prepare_blocked / fail-->;
-* ``committed`` --fail--> (a second commit cancelled after the first);
+* ``preparing`` --prepare_blocked / renew / prepare / fail-->, ``prepared``
+  --renew-->, ``resumed`` --prepare_blocked / fail-->;
+* ``committed`` --fail--> (a second commit cancelled after the first), after
+  which only resume is allowed;
 * ``restored`` --renew / retire / forget / abandon_restore-->.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,35 +25,24 @@ from structlog.testing import capture_logs
 
 from envckpt.clock import SystemClock
 from envckpt.episodes import EnvironmentEpisode
-from envckpt.errors import GymCheckpointUnavailable
+from envckpt.errors import GymCheckpointUnavailable, IllegalTransition
+from envckpt.gym.adapter import GymCheckpointAdapter
 from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
-from helpers.dict_deployment import Deployment, LoopbackHttp, discovered, far, saved_then_restored
+from helpers.dict_deployment import (
+    E1,
+    Deployment,
+    LoopbackHttp,
+    all_idle_and_open,
+    discovered,
+    far,
+    saved_then_restored,
+)
+from helpers.fired_rows import fired
 
-E1 = EnvironmentEpisode("r1", 0)
 STALE = EnvironmentEpisode("old", 0)
 TRANSPORTS = [pytest.param(False, id="in-process"), pytest.param(True, id="http")]
-
-
-@pytest.fixture(autouse=True)
-async def _close_servers() -> AsyncIterator[None]:
-    yield
-    await LoopbackHttp.close_all()
-
-
-def lifecycle(logs: list[dict[str, object]]) -> list[tuple[object, object, object]]:
-    return [
-        (e["source"], e["trigger"], e["dest"])
-        for e in logs
-        if e.get("machine") == "instance_lifecycle"
-    ]
-
-
-def all_idle_and_open(deployment: Deployment) -> bool:
-    return all(
-        core.phase == "idle" and deployment.hooks[name].admission_open
-        for name, core in deployment.cores.items()
-    )
+pytestmark = pytest.mark.usefixtures("close_loopback_servers")
 
 
 def crossed(deployment: Deployment, before: int) -> bool:
@@ -59,25 +50,70 @@ def crossed(deployment: Deployment, before: int) -> bool:
     return (LoopbackHttp.delivered > before) == deployment.http
 
 
+@contextlib.asynccontextmanager
+async def blocked_twice(
+    deployment: Deployment, adapter: GymCheckpointAdapter
+) -> AsyncIterator[None]:
+    """c1's prepare and its retry, both blocked by r1 running on tools: preparing. r1 runs
+    until the block ends."""
+    async with deployment.cores["tools"].admit(E1):
+        first = await adapter.prepare("c1", deadline_ts=far(deployment))
+        again = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert first.blockers() == again.blockers() == {"tools": ("r1",)}
+        assert adapter.state == "preparing"
+        yield
+
+
 @pytest.mark.parametrize("http", TRANSPORTS)
-async def test_blocked_prepares_renewed_and_failed(http: bool) -> None:
-    """From discovered and from resumed a blocked prepare stays preparing; a failure fails."""
+async def test_a_blocked_prepare_is_renewed_and_then_ready(http: bool) -> None:
+    """preparing: a renew extends every lease, then ready (and renewed again while prepared)."""
     delivered = LoopbackHttp.delivered
     deployment = Deployment(http=http)
     adapter = await discovered(deployment)
-    tools = deployment.cores["tools"]
     with capture_logs() as logs:
-        async with tools.admit(E1):
-            await adapter.prepare("c1", deadline_ts=far(deployment))
-            again = await adapter.prepare("c1", deadline_ts=far(deployment))
-            assert again.blockers() == {"tools": ("r1",)} and adapter.state == "preparing"
+        async with blocked_twice(deployment, adapter):
             renewed_to = far(deployment) + 1000
             await adapter.renew("c1", deadline_ts=renewed_to)
-            assert tools.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+            assert adapter.state == "preparing"
+            for core in deployment.cores.values():
+                assert core.lease_expires_at == renewed_to + DEFAULT_LEASE_GRACE_SECONDS
+        ready = await adapter.prepare("c1", deadline_ts=far(deployment))
+        assert ready.prepared and adapter.state == "prepared"
+        await adapter.renew("c1", deadline_ts=renewed_to + 10)
+        assert all(
+            core.lease_expires_at == renewed_to + 10 + DEFAULT_LEASE_GRACE_SECONDS
+            for core in deployment.cores.values()
+        )
+        await adapter.resume("c1", deadline_ts=far(deployment))
+    assert fired(logs, "instance_lifecycle") == [
+        ("discovered", "prepare_blocked", "preparing"),
+        ("preparing", "prepare_blocked", "preparing"),
+        ("preparing", "renew", "preparing"),
+        ("preparing", "prepare", "prepared"),
+        ("prepared", "renew", "prepared"),
+        ("prepared", "resume", "resumed"),
+    ]
+    assert all_idle_and_open(deployment)
+    assert crossed(deployment, delivered)
+
+
+@pytest.mark.parametrize("http", TRANSPORTS)
+async def test_blocked_prepares_that_fail(http: bool) -> None:
+    """From discovered and from resumed a blocked prepare stays preparing; a failure fails,
+    and leaves only resume (a prepare is refused without a request)."""
+    delivered = LoopbackHttp.delivered
+    deployment = Deployment(http=http)
+    adapter = await discovered(deployment)
+    with capture_logs() as logs:
+        async with blocked_twice(deployment, adapter):
             deployment.faults.add("error", server="tools", route="prepare")
             with pytest.raises(GymCheckpointUnavailable) as failed:
                 await adapter.prepare("c1", deadline_ts=far(deployment))
             assert "tools" in failed.value.failures and adapter.state == "failed"
+            before = deployment.transport.requests
+            with pytest.raises(IllegalTransition):
+                await adapter.prepare("c2", deadline_ts=far(deployment))
+            assert deployment.transport.requests == before
             await adapter.resume("c1", deadline_ts=far(deployment))
             blocked = await adapter.prepare("c2", deadline_ts=far(deployment))
             assert blocked.blockers() == {"tools": ("r1",)} and adapter.state == "preparing"
@@ -87,10 +123,9 @@ async def test_blocked_prepares_renewed_and_failed(http: bool) -> None:
             await adapter.prepare("c3", deadline_ts=far(deployment))
         assert "agent" in unreachable.value.failures and adapter.state == "failed"
         await adapter.resume("c3", deadline_ts=far(deployment))
-    assert lifecycle(logs) == [
+    assert fired(logs, "instance_lifecycle") == [
         ("discovered", "prepare_blocked", "preparing"),
         ("preparing", "prepare_blocked", "preparing"),
-        ("preparing", "renew", "preparing"),
         ("preparing", "fail", "failed"),
         ("failed", "resume", "resumed"),
         ("resumed", "prepare_blocked", "preparing"),
@@ -124,7 +159,12 @@ async def test_a_commit_failing_after_another_commit_committed(http: bool, tmp_p
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
-    assert lifecycle(logs) == [("prepared", "commit", "committed"), ("committed", "fail", "failed")]
+    assert fired(logs, "instance_lifecycle") == [
+        ("prepared", "commit", "committed"),
+        ("committed", "fail", "failed"),
+    ]
+    with pytest.raises(IllegalTransition):
+        await adapter.prepare("c2", deadline_ts=far(deployment))
     await adapter.resume("c1", deadline_ts=far(deployment))
     assert adapter.state == "resumed" and all_idle_and_open(deployment)
     assert crossed(deployment, delivered)
@@ -149,8 +189,9 @@ async def test_a_restore_renewed_cleaned_up_then_abandoned(http: bool, tmp_path:
         assert all(core.fence.mark("old") == 0 for core in fresh.cores.values())
         await adapter.forget("r1", ["old"], deadline_ts=far(fresh))
         assert all(core.fence.mark("old") is None for core in fresh.cores.values())
+        assert fresh.hooks["agent"].state == {E1.next_attempt(): {"turn": 2}}
         await adapter.abandon_restore("r1", [E1], deadline_ts=far(fresh))
-    assert lifecycle(logs) == [
+    assert fired(logs, "instance_lifecycle") == [
         ("restored", "renew", "restored"),
         ("restored", "retire", "restored"),
         ("restored", "forget", "restored"),

@@ -161,14 +161,19 @@ async def take_snapshot(world: World, gen: Generation, name: str) -> None:
     except EXPECTED_ERRORS as error:
         world.note(f"snapshot {name}: {type(error).__name__}")
         if published:
-            # Only the resume after publishing may fail; the snapshot stays valid.
-            if not (isinstance(error, GymCheckpointUnavailable) and error.operation == "resume"):
-                raise Violation(f"a published snapshot's context raised {error!r}") from error
+            # The snapshot stays valid.
+            _only_the_resume_may_fail(error, "a published snapshot")
             return
         if reached:
             # The trainer deletes a directory it did not publish (rl-recovery step 7).
             shutil.rmtree(path, ignore_errors=True)
         model.failed.append(path)
+
+
+def _only_the_resume_may_fail(error: BaseException, what: str) -> None:
+    """Once its work is done, only the resume closing ``what``'s context may fail."""
+    if not (isinstance(error, GymCheckpointUnavailable) and error.operation == "resume"):
+        raise Violation(f"{what}'s context raised {error!r}") from error
 
 
 def _published(world: World, gen: Generation, path: Path, checkpoint_id: str) -> Published:
@@ -213,8 +218,7 @@ async def restore(world: World, gen: Generation, candidate: Published) -> str:
     except EXPECTED_ERRORS as error:
         world.note(f"restore: {type(error).__name__}")
         if landed:
-            if not (isinstance(error, GymCheckpointUnavailable) and error.operation == "resume"):
-                raise Violation(f"a landed restore's context raised {error!r}") from error
+            _only_the_resume_may_fail(error, "a landed restore")
             return "restored"
         _check_nothing_admissible(gen)
         if isinstance(error, CorruptCheckpoint) and world.faults_used == 0:

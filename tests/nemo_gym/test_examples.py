@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from envckpt.nemo_gym import examples
 from envckpt.nemo_gym.launcher import server_names
 
@@ -23,3 +25,21 @@ def test_tasks_are_deterministic_and_state_their_plan() -> None:
         assert task["expected_count"] == task["initial_count"] + sum(plan)
     for task in examples.multi_turn_tasks(4):
         assert task["expected_answer"] in task["follow_ups"][-1]
+
+
+def test_the_example_job_runs_each_shard_on_its_deployment(tmp_path: Path) -> None:
+    """Counter rollouts on the counter deployment, multi-turn ones on the other, in order."""
+    spec = examples.example_job(tmp_path, counters=3, multi_turns=2, snapshot_every=0.3)
+    assert [d.shard for d in spec.deployments] == ["counter", "multi"]
+    assert [(t["rollout_id"], t["shard"]) for t in spec.tasks] == [
+        ("count-00", "counter"),
+        ("count-01", "counter"),
+        ("count-02", "counter"),
+        ("talk-00", "multi"),
+        ("talk-01", "multi"),
+    ]
+    assert [t["task"] for t in spec.tasks] == [
+        *examples.counter_tasks(3),
+        *examples.multi_turn_tasks(2),
+    ]
+    assert spec.snapshot_every == 0.3

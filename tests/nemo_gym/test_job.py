@@ -35,21 +35,10 @@ GONE_SECONDS = 5.0  # the promise: nothing a SIGKILLed trainer started outlives 
 
 
 def job_spec(directory: Path, *, counters: int, multi_turns: int) -> JobSpec:
-    tasks = [
-        {"rollout_id": f"count-{i}", "shard": "counter", "task": task}
-        for i, task in enumerate(examples.counter_tasks(counters))
-    ]
-    tasks += [
-        {"rollout_id": f"talk-{i}", "shard": "multi", "task": task}
-        for i, task in enumerate(examples.multi_turn_tasks(multi_turns))
-    ]
-    return JobSpec(
-        directory=directory,
-        deployments=(
-            DeploymentSpec("counter", examples.counter_config(), agent="counter_agent"),
-            DeploymentSpec("multi", examples.multi_turn_config(), agent="multi_turn_agent"),
-        ),
-        tasks=tuple(tasks),
+    return examples.example_job(
+        directory,
+        counters=counters,
+        multi_turns=multi_turns,
         snapshot_every=0.3,
         policy_latency=0.15,
         in_flight_per_instance=3,

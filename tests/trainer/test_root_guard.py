@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -60,25 +58,13 @@ def test_a_second_process_is_refused_with_the_holder_named(tmp_path: Path) -> No
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
     """flock dies with its process: after a SIGKILL the root is free at once."""
     root = tmp_path / "root"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from envckpt.trainer.root_guard import RootLock\n"
-            "RootLock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)",
-            str(root),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None and child.stdout.readline().strip() == "held"
-    with pytest.raises(SnapshotRootLocked):
-        RootLock.acquire(root)
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
-    with RootLock.acquire(root) as lock:
-        assert lock.held
+    with held_by_another_process(root) as pid:
+        with pytest.raises(SnapshotRootLocked):
+            RootLock.acquire(root)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)  # reaped: nothing of the holder is left
+        with RootLock.acquire(root) as lock:
+            assert lock.held
 
 
 def test_a_root_that_cannot_be_created_is_unusable(tmp_path: Path) -> None:

@@ -97,18 +97,23 @@ class Recorder:
         for e in self.entries():
             merged[(e.machine, e.source, e.trigger, e.dest, e.via)] += e.count
         for (machine, source, trigger, dest, via), count in sorted(merged.items()):
-            yield json.dumps(
-                {
-                    "event": "transition",
-                    "machine": machine,
-                    "instance_id": "*",
-                    "source": source,
-                    "trigger": trigger,
-                    "dest": dest,
-                    "via": via,
-                    "count": count,
-                }
-            )
+            yield coverage_line(machine, source, trigger, dest, via, count)
+
+
+def coverage_line(machine: str, source: str, trigger: str, dest: str, via: str, count: int) -> str:
+    """One coverage file line: a transition log line (any instance) with its transport and count."""
+    return json.dumps(
+        {
+            "event": "transition",
+            "machine": machine,
+            "instance_id": "*",
+            "source": source,
+            "trigger": trigger,
+            "dest": dest,
+            "via": via,
+            "count": count,
+        }
+    )
 
 
 def _tolerant_load(path: Path) -> list[CoverageEntry]:

@@ -13,23 +13,18 @@ from envckpt.statecharts.charts import TIMES
 from envckpt.statecharts.overlay import coverage, load_coverage
 
 from transition_coverage.__main__ import main as report_main
-from transition_coverage.plugin import RECORDER, Recorder, _wrap_fire, _wrap_handle
+from transition_coverage.plugin import (
+    RECORDER,
+    Recorder,
+    _wrap_fire,
+    _wrap_handle,
+    coverage_line,
+)
 from transition_coverage.rows import HTTP, IN_PROCESS, all_rows, coverage_report
 
 
 def _line(source: str, trigger: str, dest: str, via: str = IN_PROCESS, count: int = 1) -> str:
-    return json.dumps(
-        {
-            "event": "transition",
-            "machine": "participant_phases",
-            "instance_id": "*",
-            "source": source,
-            "trigger": trigger,
-            "dest": dest,
-            "via": via,
-            "count": count,
-        }
-    )
+    return coverage_line("participant_phases", source, trigger, dest, via, count)
 
 
 def test_counts_and_transports_are_read_back(tmp_path: Path) -> None:
