@@ -94,12 +94,27 @@ class AttemptFence:
         """
         marks, latest = self._marks, self._latest
         if self._restored is not None:
-            return frozenset(episode for episode in episodes if self.is_current(episode))
+            return self._current_after_restore(episodes)
         return frozenset(
             episode
             for episode in episodes
             if episode.attempt > marks.get(episode.rollout_id, -1)
             and episode.attempt >= latest.get(episode.rollout_id, 0)
+        )
+
+    def _current_after_restore(
+        self, episodes: Iterable[EnvironmentEpisode]
+    ) -> frozenset[EnvironmentEpisode]:
+        assert self._restored is not None
+        marks, latest = self._marks, self._latest
+        items = list(episodes)
+        restored = self._restored.latests(episode.rollout_id for episode in items)
+        return frozenset(
+            episode
+            for episode, newest in zip(items, restored, strict=True)
+            if episode.attempt > marks.get(episode.rollout_id, -1)
+            and episode.attempt >= latest.get(episode.rollout_id, 0)
+            and (newest is None or episode.attempt >= newest)
         )
 
     def refusal(self, episode: EnvironmentEpisode) -> tuple[ErrorCode, str] | None:

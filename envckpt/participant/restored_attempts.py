@@ -13,6 +13,7 @@ the open checkpoint) and one byte of flags per scope episode:
 
     restored = RestoredAttempts.installed(table, installed)   # installed[i]: 1 or 0
     restored.latest("task-7")          # next attempt of its newest active episode, or None
+    restored.latests(rollout_ids)      # the same of many, in one walk
     restored.started(episode)          # a call of a restored attempt: no longer unstarted
     restored.forget("task-7")          # its episodes stop counting as latest
     restored.unstarted_outside(scope)  # sorted; no longer unstarted
@@ -21,8 +22,9 @@ the open checkpoint) and one byte of flags per scope episode:
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.scope_table import ScopeTable
@@ -61,6 +63,22 @@ class RestoredAttempts:
                 newest = attempts[at] + 1  # attempts ascend within a rollout
         return newest
 
+    def latests(self, rollout_ids: Iterable[str]) -> Iterator[int | None]:
+        """``latest`` of each rollout id, in one walk: ids in table order (a commit's
+        sorted scope) cost a comparison each, not a bisection."""
+        ids, attempts, flags = self.table.rollout_ids, self.table.attempts, self.flags
+        count = len(ids)
+        at = 0  # always the start of a run of one rollout's episodes
+        for rollout_id in rollout_ids:
+            if not (at < count and ids[at] == rollout_id):
+                at = bisect.bisect_left(ids, rollout_id)
+            newest = None
+            while at < count and ids[at] == rollout_id:
+                if flags[at] & ACTIVE:
+                    newest = attempts[at] + 1
+                at += 1
+            yield newest
+
     def started(self, episode: EnvironmentEpisode) -> None:
         """A call of ``episode`` started: if a restore installed it, it is no longer unstarted."""
         if not self.unstarted or episode.attempt == 0:
@@ -81,15 +99,21 @@ class RestoredAttempts:
         """Unstarted attempts ``scope`` leaves out, sorted; they are no longer unstarted."""
         if not self.unstarted:
             return ()
-        kept = frozenset(scope)
-        rollout_ids, attempts, flags = self.table.rollout_ids, self.table.attempts, self.flags
+        table, flags = self.table, self.flags
+        # Positions whose next attempt the scope names: a walk, as ``latests``.
+        kept = bytearray(len(table))
+        at = -1
+        for episode in scope:
+            if episode.attempt:
+                found = table.index(episode.rollout_id, episode.attempt - 1, hint=at + 1)
+                if found >= 0:
+                    kept[found] = 1
+                    at = found
         dropped = []
-        for at, flag in enumerate(flags):
-            if flag & UNSTARTED:
-                episode = EnvironmentEpisode(rollout_ids[at], attempts[at] + 1)
-                if episode not in kept:
-                    dropped.append(episode)
-                    flags[at] = flag & ~UNSTARTED
+        for at, (flag, named) in enumerate(zip(flags, kept, strict=True)):
+            if flag & UNSTARTED and not named:
+                dropped.append(EnvironmentEpisode(table.rollout_ids[at], table.attempts[at] + 1))
+                flags[at] = flag & ~UNSTARTED
         self.unstarted -= len(dropped)
         return tuple(dropped)  # table order is episode order
 
