@@ -322,7 +322,9 @@ class ParticipantCore:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             held_here = self.hooks.live_episodes() | self.fence.in_flight()
-            rules.check_restorable(scope.episodes(), held_here)
+            # Only the held rollouts' scope episodes can conflict: the others are not made.
+            held_scope = scope.of_rollouts(episode.rollout_id for episode in held_here)
+            rules.check_restorable(held_scope, held_here)
             source = await verify_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
@@ -334,7 +336,9 @@ class ParticipantCore:
             # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             await work.close_admission(self.hooks)  # as prepare: closed until resume
-            held = self.fence.held_rollouts(scope.episodes(), self.hooks.live_episodes())
+            live = self.hooks.live_episodes()
+            holding = (episode.rollout_id for episode in live | self.fence.in_flight())
+            held = self.fence.held_rollouts(scope.of_rollouts(holding), live)
             try:
                 # A process that served these rollouts: their older attempts
                 # are retired (marks first, then stopped and freed) before the

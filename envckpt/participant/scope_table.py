@@ -12,6 +12,7 @@ objects), and whatever a restore or the fence needs per episode lives in a
     at = table.index("task-7", 0)                 # its position, or -1
     at = table.index("task-7", 0, hint=at + 1)    # O(1) when walked in order
     table.positions("task-7")                     # every attempt of the rollout
+    table.of_rollouts(["task-7"])                 # their episodes
     table.next_keys(flags)                        # sorted next-attempt keys of flagged ones
 """
 
@@ -106,6 +107,11 @@ class ScopeTable:
     def episodes(self) -> Iterator[EnvironmentEpisode]:
         """Every episode, in order (made one at a time, none kept)."""
         return map(EnvironmentEpisode, self.rollout_ids, self.attempts)
+
+    def of_rollouts(self, rollout_ids: Iterable[str]) -> list[EnvironmentEpisode]:
+        """The episodes of these rollouts, in order: what a check about the few rollouts a
+        process holds needs of a large scope, without making every episode."""
+        return [self.episode(at) for rid in sorted(set(rollout_ids)) for at in self.positions(rid)]
 
     def next_attempts(self, flags: bytes | bytearray, bit: int = 1) -> list[EnvironmentEpisode]:
         """Next attempts of the episodes whose flag has ``bit``, in table order."""

@@ -65,3 +65,14 @@ def test_tables_of_other_scopes_differ_and_are_unhashable() -> None:
     assert table != ("a", "b")
     assert repr(table) == "ScopeTable(2 episodes)"
     assert ScopeTable.__hash__ is None
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(scope=st.lists(episodes, max_size=8), rollouts=st.lists(st.sampled_from(("a", "b", "z"))))
+def test_of_rollouts_is_the_table_filtered_to_those_rollouts(
+    scope: list[EnvironmentEpisode], rollouts: list[str]
+) -> None:
+    """What the restore's held-rollout checks read instead of every scope episode."""
+    table = ScopeTable.of(scope)
+    expected = [e for e in table.episodes() if e.rollout_id in rollouts]
+    assert table.of_rollouts(rollouts) == expected
