@@ -50,7 +50,7 @@ bench: $(STAMP)
 
 # Verification beyond sampling (docs/testing.md): every test (slow campaigns
 # included, hypothesis thorough) recording transition coverage, on two workers
-# (tests sharing servers kept on one, xdist_group) whose shares the plugin
+# (as make test spreads them: tests sharing servers kept on one) whose shares the plugin
 # merges; then the bounded model check. Each part prints its wall time; the
 # last lines are the model check's summary (states, oracle violations) and the
 # coverage per machine and transport (the full report: build/transition-coverage.txt).
@@ -60,7 +60,7 @@ BUILD := build
 verify: $(STAMP)
 	mkdir -p $(BUILD)
 	start=$$(date +%s); \
-	ENVCKPT_CAMPAIGNS=1 ENVCKPT_HYPOTHESIS_PROFILE=thorough PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=15 -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }; \
+	ENVCKPT_CAMPAIGNS=1 ENVCKPT_HYPOTHESIS_PROFILE=thorough PYTHONPATH=tests $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15 -p transition_coverage.plugin --transition-coverage=$(BUILD)/transition-coverage.jsonl $(PYTEST_ARGS) > $(BUILD)/verify-pytest.txt 2>&1 || { tail -40 $(BUILD)/verify-pytest.txt; exit 1; }; \
 	tail -1 $(BUILD)/verify-pytest.txt; echo "pytest part: $$(( $$(date +%s) - start )) s"
 	start=$$(date +%s); \
 	PYTHONPATH=tests $(BIN)/python -m model_check --quiet > $(BUILD)/model-check.txt; \
