@@ -13,8 +13,10 @@ heap:
    the ``tracemalloc`` peak of the same call.
 
 The restore streams: its memory does not grow with the file's bytes, only
-with the number of episodes it restores (the reply lists each one, the
-attempt fence keeps each one). ``state_bytes`` tells the two apart: the
+with the number of episodes it restores (the reply lists each one's key, a
+new string; the core keeps the scope as a table of ids and attempts, 16
+bytes each, and a flag byte each in the attempt fence). ``state_bytes``
+tells the two apart: the
 bench's keys restore realistic records (200 MB in 233,000 records of about
 860 bytes of state), and a third line the same bytes in few large records,
 which gives the bytes kept per extra episode.

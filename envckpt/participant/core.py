@@ -37,7 +37,7 @@ from typing import Any
 
 from envckpt import logs
 from envckpt.clock import Clock, SystemClock
-from envckpt.episodes import EnvironmentEpisode, capture_keys, sorted_episodes
+from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import ParticipantError
 from envckpt.ids import validate_path_component
 from envckpt.machines.binding import bind
@@ -53,6 +53,7 @@ from envckpt.participant.model_calls import ModelCalls, wait_for_boundary
 from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.participant.status import status_reply
 from envckpt.protocol import ErrorCode, Kind, Mode, Phase, parse_kind, parse_mode
 
@@ -309,8 +310,10 @@ class ParticipantCore:
         checkpoint_dir: str,
         episode_ids: Iterable[EnvironmentEpisode],
     ) -> dict[str, Any]:
-        scope = frozenset(episode_ids)
-        args = (checkpoint_dir, tuple(capture_keys(scope)))
+        # Sorted ids and attempts, no object per episode (scope_table.py): the
+        # fence keeps it, and a replay compares its arguments against it.
+        scope = ScopeTable.of(episode_ids)
+        args = (checkpoint_dir, scope)
         async with self._lock:
             await self._expire_if_due()
             self.finished.refuse(checkpoint_id)
@@ -318,7 +321,10 @@ class ParticipantCore:
             if replayed is not None:
                 return replayed
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
-            rules.check_restorable(scope, self.hooks.live_episodes() | self.fence.in_flight())
+            held_here = self.hooks.live_episodes() | self.fence.in_flight()
+            # Only the held rollouts' scope episodes can conflict: the others are not made.
+            held_scope = scope.of_rollouts(episode.rollout_id for episode in held_here)
+            rules.check_restorable(held_scope, held_here)
             source = await verify_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
@@ -330,7 +336,9 @@ class ParticipantCore:
             # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             await work.close_admission(self.hooks)  # as prepare: closed until resume
-            held = self.fence.held_rollouts(scope, self.hooks.live_episodes())
+            live = self.hooks.live_episodes()
+            holding = (episode.rollout_id for episode in live | self.fence.in_flight())
+            held = self.fence.held_rollouts(scope.of_rollouts(holding), live)
             try:
                 # A process that served these rollouts: their older attempts
                 # are retired (marks first, then stopped and freed) before the
@@ -347,19 +355,24 @@ class ParticipantCore:
                 with contextlib.suppress(Exception):
                     await self.hooks.open_admission()  # phase and admission agree
                 raise
-            self.fence.installed(installed, scope)
+            self.fence.restored(scope, installed)
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
             self.counters.restores += 1
             self.served_traffic = True  # installed state counts as traffic (status)
-            reply = {
-                "phase": Phase.RESTORED,
-                "checkpoint_id": checkpoint_id,
-                "source_checkpoint_id": source.checkpoint_id,
-                "restored": capture_keys(installed),
-            }
+            source_id = source.checkpoint_id
+            del source  # the verified checkpoint: its thread and identity go now
+
+            def reply() -> dict[str, Any]:
+                return {
+                    "phase": Phase.RESTORED,
+                    "checkpoint_id": checkpoint_id,
+                    "source_checkpoint_id": source_id,
+                    "restored": scope.next_keys(installed),
+                }
+
             self._open = OpenCheckpoint(checkpoint_id, restore=(args, reply))
             self._arm_lease(deadline_ts)
-            return reply
+            return reply()
 
     async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         del deadline_ts  # resume never waits on anything that could overrun

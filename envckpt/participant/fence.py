@@ -10,12 +10,19 @@ keeps, per rollout:
 * attempts a restore installed that no call has touched yet (**unstarted**);
 * the number of calls of each attempt **in flight** (prepare waits for zero).
 
+What restores installed is kept apart, compact (``RestoredAttempts``: the
+restore's sorted scope table and a flag byte per episode, no object per
+episode): a restore of 233,000 episodes would otherwise add as many dict and
+set entries, episodes and key strings. A rollout's latest attempt is the
+newer of the two records.
+
     fence.refusal(episode)            # None, or (code, detail) to refuse with
     fence.current(scope)              # the scope's episodes that may still act
     fence.admitted(episode)           # a call starts
     fence.left(episode)               # ... and reaches its boundary
     fence.retire(episodes)            # marks go up before anything stops
     fence.installed(restored, scope)  # a restore's attempts, unstarted
+    fence.restored(table, installed)  # the same, from a restore's compact table
     fence.drop_unstarted_outside(scope)   # a commit: unstarted ones it leaves out, unfenced
 """
 
@@ -24,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from envckpt.episodes import EnvironmentEpisode
+from envckpt.participant.restored_attempts import RestoredAttempts
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.protocol import ErrorCode
 
 
@@ -32,8 +41,9 @@ class AttemptFence:
 
     def __init__(self) -> None:
         self._marks: dict[str, int] = {}
+        # Latest attempts admitted here (restores' are in ``_restored``).
         self._latest: dict[str, int] = {}
-        self._unstarted: set[EnvironmentEpisode] = set()
+        self._restored: RestoredAttempts | None = None
         self._in_flight: dict[EnvironmentEpisode, int] = {}
 
     # ----------------------------------------------------------------- views
@@ -58,11 +68,22 @@ class AttemptFence:
         """Whether any call is in flight (``in_flight()`` without the copy)."""
         return bool(self._in_flight)
 
+    def latest(self, rollout_id: str) -> int | None:
+        """The rollout's latest attempt (admitted here or installed by a restore), if any."""
+        latest = self._latest.get(rollout_id)
+        if self._restored is not None:
+            restored = self._restored.latest(rollout_id)
+            if restored is not None and (latest is None or restored > latest):
+                return restored
+        return latest
+
     def is_current(self, episode: EnvironmentEpisode) -> bool:
         """Whether ``episode`` may still act (not retired, not superseded)."""
         mark = self._marks.get(episode.rollout_id)
-        latest = self._latest.get(episode.rollout_id, episode.attempt)
-        return (mark is None or episode.attempt > mark) and episode.attempt >= latest
+        latest = self.latest(episode.rollout_id)
+        return (mark is None or episode.attempt > mark) and (
+            latest is None or episode.attempt >= latest
+        )
 
     def current(self, episodes: Iterable[EnvironmentEpisode]) -> frozenset[EnvironmentEpisode]:
         """The ``episodes`` that may still act: ``is_current`` of each, in one pass.
@@ -72,6 +93,8 @@ class AttemptFence:
         mark (-1) refuses none and a missing latest attempt (0) supersedes none.
         """
         marks, latest = self._marks, self._latest
+        if self._restored is not None:
+            return self._current_after_restore(episodes)
         return frozenset(
             episode
             for episode in episodes
@@ -79,12 +102,27 @@ class AttemptFence:
             and episode.attempt >= latest.get(episode.rollout_id, 0)
         )
 
+    def _current_after_restore(
+        self, episodes: Iterable[EnvironmentEpisode]
+    ) -> frozenset[EnvironmentEpisode]:
+        assert self._restored is not None
+        marks, latest = self._marks, self._latest
+        items = list(episodes)
+        restored = self._restored.latests(episode.rollout_id for episode in items)
+        return frozenset(
+            episode
+            for episode, newest in zip(items, restored, strict=True)
+            if episode.attempt > marks.get(episode.rollout_id, -1)
+            and episode.attempt >= latest.get(episode.rollout_id, 0)
+            and (newest is None or episode.attempt >= newest)
+        )
+
     def refusal(self, episode: EnvironmentEpisode) -> tuple[ErrorCode, str] | None:
         """Why ``episode`` may not act, or None if it may."""
         mark = self._marks.get(episode.rollout_id)
         if mark is not None and episode.attempt <= mark:
             return ErrorCode.STALE_ATTEMPT, f"{episode.capture_key} is retired (mark a{mark})"
-        latest = self._latest.get(episode.rollout_id)
+        latest = self.latest(episode.rollout_id)
         if latest is not None and episode.attempt < latest:
             detail = f"{episode.capture_key} is superseded by attempt {latest}"
             return ErrorCode.STALE_ATTEMPT, detail
@@ -101,10 +139,12 @@ class AttemptFence:
 
     def admitted(self, episode: EnvironmentEpisode) -> None:
         """A call of ``episode`` starts: it is the latest attempt, and in flight."""
-        previous = self._latest.get(episode.rollout_id, 0)
-        self._latest[episode.rollout_id] = max(episode.attempt, previous)
+        previous = self.latest(episode.rollout_id)
+        if previous is None or episode.attempt > previous:
+            self._latest[episode.rollout_id] = episode.attempt
         self._in_flight[episode] = self._in_flight.get(episode, 0) + 1
-        self._unstarted.discard(episode)
+        if self._restored is not None:
+            self._restored.started(episode)
 
     def left(self, episode: EnvironmentEpisode) -> None:
         """A call of ``episode`` reached its boundary."""
@@ -135,6 +175,8 @@ class AttemptFence:
             self._marks.pop(rollout_id, None)
             if rollout_id not in holding:
                 self._latest.pop(rollout_id, None)
+                if self._restored is not None:
+                    self._restored.forget(rollout_id)
 
     # ---------------------------------------------------------------- restore
 
@@ -145,11 +187,24 @@ class AttemptFence:
 
         The next attempt of every rollout in scope becomes the latest, so the
         saved attempt itself is superseded; the installed ones wait unstarted.
+        Raises ValueError for a restored attempt that is no next attempt of
+        the scope.
         """
-        self._unstarted.update(restored)
-        for episode in scope:
-            previous = self._latest.get(episode.rollout_id, 0)
-            self._latest[episode.rollout_id] = max(episode.attempt + 1, previous)
+        table = ScopeTable.of(scope)
+        installed = bytearray(len(table))
+        for episode in restored:
+            at = table.index(episode.rollout_id, episode.attempt - 1)
+            if at < 0:
+                raise ValueError(f"{episode.capture_key} is no next attempt of the scope")
+            installed[at] = 1
+        self.restored(table, installed)
+
+    def restored(self, table: ScopeTable, installed: bytes | bytearray) -> None:
+        """``installed`` from a restore's table: ``installed[i]`` is 1 where the next
+        attempt of the table's episode ``i`` was installed, else 0."""
+        newer = RestoredAttempts.installed(table, installed)
+        older = self._restored
+        self._restored = newer if older is None or older.empty else older.merged(newer)
 
     def held_rollouts(
         self, scope: Iterable[EnvironmentEpisode], live: frozenset[EnvironmentEpisode]
@@ -160,7 +215,9 @@ class AttemptFence:
         attempt and every earlier one of the rollout stop and are freed.
         """
         holding = {episode.rollout_id for episode in live | self.in_flight()}
-        return tuple(sorted(episode for episode in set(scope) if episode.rollout_id in holding))
+        if not holding:
+            return ()  # a fresh process: the scope is not even read
+        return tuple(sorted({episode for episode in scope if episode.rollout_id in holding}))
 
     def drop_unstarted_outside(
         self, scope: Iterable[EnvironmentEpisode]
@@ -173,8 +230,6 @@ class AttemptFence:
         late request can come from them, and the controller may start the
         rollout over as that same attempt. Returns them, sorted.
         """
-        if not self._unstarted:
+        if self._restored is None:
             return ()  # nothing restored is waiting: the usual commit
-        dropped = tuple(sorted(self._unstarted - set(scope)))
-        self._unstarted.difference_update(dropped)
-        return dropped
+        return self._restored.unstarted_outside(scope)

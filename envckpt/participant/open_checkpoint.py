@@ -15,19 +15,20 @@ refused (``stale_checkpoint``) instead of acting on a newer checkpoint.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.commit_write import CommitWrite
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.protocol import ErrorCode
 
 FINISHED_IDS_KEPT = 64
 
-# A restore's arguments (directory, scope capture keys): a replay must match them.
-RestoreArgs = tuple[str, tuple[str, ...]]
+# A restore's arguments (directory, scope): a replay must match them.
+RestoreArgs = tuple[str, ScopeTable]
 
 
 @dataclass(slots=True)
@@ -40,8 +41,9 @@ class OpenCheckpoint:
     prepare_reply: dict[str, Any] | None = None
     prepared_restarts: frozenset[EnvironmentEpisode] = frozenset()
     commit: CommitWrite | None = None
-    # restored: the arguments and reply a replay must match.
-    restore: tuple[RestoreArgs, dict[str, Any]] | None = None
+    # restored: the arguments a replay must match, and its reply made again
+    # (not kept: it lists every restored episode, one new string each).
+    restore: tuple[RestoreArgs, Callable[[], dict[str, Any]]] | None = None
 
     def arm_lease(self, deadline_ts: float, *, grace: float) -> None:
         """lease := max(lease, deadline_ts + grace) (protocol.md 3)."""

@@ -158,7 +158,7 @@ def restore_replay(
             ErrorCode.CHECKPOINT_CONFLICT,
             f"restore {checkpoint_id} was already sent with other arguments",
         )
-    return reply
+    return reply()
 
 
 def check_restorable(
@@ -176,6 +176,8 @@ def check_restorable(
     newest: dict[str, int] = {}
     for episode in held:
         newest[episode.rollout_id] = max(episode.attempt, newest.get(episode.rollout_id, -1))
+    if not newest:
+        return  # a fresh process holds nothing: the scope is not even read
     live = [e for e in scope if newest.get(e.rollout_id, -1) > e.attempt]
     if live:
         raise ParticipantError(

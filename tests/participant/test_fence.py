@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.participant.fence import AttemptFence
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.protocol import ErrorCode
 
 from helpers.examples import examples
@@ -175,6 +176,28 @@ def test_a_restored_attempt_that_ran_is_never_fenced_as_unstarted() -> None:
     assert fence.mark("r") is None
 
 
+def test_a_compact_restore_of_many_episodes_refuses_a_stale_attempt_of_every_one() -> None:
+    """Restored through a table (no object per episode), restored again over it (one merged
+    table): every saved attempt and every earlier one stays refused, every next one admitted,
+    and a forgotten rollout stops counting its restored attempt."""
+    scope = [ep(f"task-{index:04d}", index % 4) for index in range(2000)]
+    fence = AttemptFence()
+    fence.restored(ScopeTable.of(scope), bytearray([1]) * len(scope))
+    again = [e.next_attempt() for e in scope[::2]]  # the even ones, restored once more
+    fence.restored(ScopeTable.of(again), bytearray([1]) * len(again))
+    for index, episode in enumerate(scope):
+        newest = episode.attempt + (2 if index % 2 == 0 else 1)
+        for attempt in range(newest):
+            refusal = fence.refusal(ep(episode.rollout_id, attempt))
+            assert refusal is not None and refusal[0] == ErrorCode.STALE_ATTEMPT
+        assert fence.refusal(ep(episode.rollout_id, newest)) is None
+    assert fence.current(e.next_attempt() for e in scope) == frozenset(
+        e.next_attempt() for e in scope[1::2]
+    )
+    fence.forget([scope[1].rollout_id])
+    assert fence.refusal(scope[1]) is None
+
+
 def test_held_rollouts_are_the_scope_episodes_whose_rollout_holds_anything() -> None:
     """Scope episodes are held when their rollout has live state or a call here (sorted)."""
     fence = AttemptFence()
@@ -250,6 +273,18 @@ class FenceMachine(RuleBasedStateMachine):
         restored = [e.next_attempt() for e in scope]
         self.fence.installed(restored, scope)
         self.unstarted.update(restored)
+        for episode in scope:
+            self._raise_latest(episode.rollout_id, episode.attempt + 1)
+
+    @rule(scope=st.lists(episodes, max_size=4), data=st.data())
+    def restore_part(self, scope: list[EnvironmentEpisode], data: st.DataObject) -> None:
+        # The core's path: a table (attempts of one rollout may repeat) and
+        # only the episodes whose records were in the file installed.
+        table = ScopeTable.of(scope)
+        size = len(table)
+        installed = bytearray(data.draw(st.lists(st.integers(0, 1), min_size=size, max_size=size)))
+        self.fence.restored(table, installed)
+        self.unstarted.update(table.next_attempts(installed))
         for episode in scope:
             self._raise_latest(episode.rollout_id, episode.attempt + 1)
 

@@ -14,6 +14,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant import restore_read, store
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
+from envckpt.participant.scope_table import ScopeTable
 
 from helpers.participant_doubles import JsonStateHooks, ep
 
@@ -50,7 +51,7 @@ async def _verify(
     root: Path, hooks: JsonStateHooks, scope: Sequence[EnvironmentEpisode] = EPISODES
 ) -> restore_read.VerifiedCheckpoint:
     return await verify_in_thread(
-        root, hooks=hooks, kind="agent", instance="agent", scope=frozenset(scope)
+        root, hooks=hooks, kind="agent", instance="agent", scope=ScopeTable.of(scope)
     )
 
 
@@ -66,8 +67,9 @@ async def test_every_in_scope_state_is_installed_as_its_next_attempt_in_batches(
     assert source.checkpoint_id == "c1"
     assert hooks.installed == []  # the first pass installs nothing
     installed = await install_in_batches(source, hooks)
-    assert installed == [episode.next_attempt() for episode in scope]
-    assert sorted(hooks.states) == sorted(installed)
+    assert installed == bytearray([1]) * 30
+    assert source.scope.next_attempts(installed) == [episode.next_attempt() for episode in scope]
+    assert sorted(hooks.states) == source.scope.next_attempts(installed)
     assert len(hooks.batches) > 3 and sum(hooks.batches) == 30
     assert max(hooks.batches) <= 2000 // 200 + 1
 
@@ -81,12 +83,20 @@ async def test_both_passes_run_on_the_restores_own_thread(tmp_path: Path) -> Non
     assert next(iter(hooks.validated_on)).startswith("envckpt-restore")
 
 
-@pytest.mark.parametrize("damage", ["bad state", "duplicate", "flipped byte"])
+@pytest.mark.parametrize(
+    "damage", ["bad state", "duplicate", "duplicate outside the scope", "flipped byte"]
+)
 async def test_a_refusal_in_the_first_pass_installs_nothing(tmp_path: Path, damage: str) -> None:
     """A state the hooks refuse, two records of one episode or a wrong digest, even at the
     very end of the file: invalid_checkpoint_state, and install is never called."""
+    scope = (*EPISODES, ep("zz"))
     if damage == "duplicate":
         _checkpoint(tmp_path, episodes=(*EPISODES, EPISODES[0]))
+    elif damage == "duplicate outside the scope":
+        # Only in-scope records are installed, but a file with two records
+        # of any one episode is not a checkpoint.
+        _checkpoint(tmp_path, episodes=(*EPISODES, EPISODES[0]))
+        scope = EPISODES[1:]
     elif damage == "bad state":
         lines = [store.envelope_line(e, {"turn": 3}) for e in EPISODES]
         lines.append(store.envelope_line(ep("zz"), {"turn": "three"}))
@@ -102,8 +112,9 @@ async def test_a_refusal_in_the_first_pass_installs_nothing(tmp_path: Path, dama
         path.write_bytes(bytes(data))
     hooks = CountingHooks()
     with pytest.raises(ParticipantError) as caught:
-        await _verify(tmp_path, hooks, (*EPISODES, ep("zz")))
+        await _verify(tmp_path, hooks, scope)
     assert caught.value.code == "invalid_checkpoint_state"
+    assert "two records" in str(caught.value) or not damage.startswith("duplicate")
     assert hooks.batches == []
 
 
@@ -163,3 +174,26 @@ async def test_an_install_error_goes_on_as_it_is_after_freeing_the_batches(
     first, second = hooks.batches[0], hooks.batches[1]
     assert len(hooks.retired[-1]) == first + second
     assert hooks.states == {}
+
+
+async def test_a_scope_episode_without_a_record_is_not_installed(tmp_path: Path) -> None:
+    """The reply's source: a byte per scope position, 0 for an episode the file lacks."""
+    _checkpoint(tmp_path, episodes=EPISODES[:3])
+    hooks = CountingHooks()
+    source = await _verify(tmp_path, hooks, (EPISODES[2], ep("missing"), EPISODES[0]))
+    installed = await install_in_batches(source, hooks)
+    # Table order: missing, r000, r002.
+    assert installed == bytearray([0, 1, 1])
+    assert sorted(hooks.states) == [EPISODES[0].next_attempt(), EPISODES[2].next_attempt()]
+
+
+async def test_installed_attempts_share_the_scopes_rollout_id_strings(tmp_path: Path) -> None:
+    """No string decoded from a record outlives it: each installed attempt names the
+    scope table's own rollout id (one string per rollout, however many records)."""
+    _checkpoint(tmp_path)
+    hooks = CountingHooks()
+    source = await _verify(tmp_path, hooks)
+    await install_in_batches(source, hooks)
+    table_ids = {id(rollout_id) for rollout_id in source.scope.rollout_ids}
+    assert len(hooks.states) == len(EPISODES)
+    assert all(id(episode.rollout_id) in table_ids for episode in hooks.states)

@@ -21,6 +21,7 @@ from envckpt.machines.tables import PHASES_OPEN
 from envckpt.participant import rules
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.open_checkpoint import OpenCheckpoint
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.protocol import ErrorCode, Phase
 
 from helpers.examples import examples
@@ -245,22 +246,28 @@ def test_a_commit_passes_when_its_scope_avoids_the_restarts_or_is_null() -> None
 # -------------------------------------------------------------------- restore
 
 
+def scope_of(*rollout_ids: str) -> ScopeTable:
+    return ScopeTable.of(ep(rollout_id) for rollout_id in rollout_ids)
+
+
 def test_a_restore_with_nothing_open_may_run() -> None:
     """No open checkpoint: no recorded reply, the restore runs."""
-    assert rules.restore_replay(None, "c1", ("/d", ("r",)), phase=Phase.IDLE) is None
+    assert rules.restore_replay(None, "c1", ("/d", scope_of("r")), phase=Phase.IDLE) is None
 
 
 def test_a_repeated_restore_with_the_same_arguments_replays_its_reply() -> None:
-    """Same directory and scope: the recorded reply, verbatim."""
-    reply = {"source_checkpoint_id": "s1", "restored": ["r-a1"]}
-    open_ = OpenCheckpoint("c1", restore=(("/d", ("r",)), reply))
-    assert rules.restore_replay(open_, "c1", ("/d", ("r",)), phase=Phase.RESTORED) is reply
+    """Same directory and scope (in any order, repeats aside): the recorded reply, made again."""
+    reply = {"source_checkpoint_id": "s1", "restored": ["r-a1", "s-a1"]}
+    open_ = OpenCheckpoint("c1", restore=(("/d", scope_of("r", "s")), lambda: reply))
+    again = ("/d", scope_of("s", "r", "s"))
+    assert rules.restore_replay(open_, "c1", again, phase=Phase.RESTORED) is reply
 
 
 def test_a_repeated_restore_with_other_arguments_conflicts() -> None:
     """Same id, another directory or scope: checkpoint_conflict."""
-    open_ = OpenCheckpoint("c1", restore=(("/d", ("r",)), {}))
-    for args in (("/other", ("r",)), ("/d", ("r", "s"))):
+    open_ = OpenCheckpoint("c1", restore=(("/d", scope_of("r")), dict))
+    other_attempt = ScopeTable.of([ep("r", 1)])
+    for args in (("/other", scope_of("r")), ("/d", scope_of("r", "s")), ("/d", other_attempt)):
         refused(
             ErrorCode.CHECKPOINT_CONFLICT,
             lambda args=args: rules.restore_replay(open_, "c1", args, phase=Phase.RESTORED),
@@ -271,11 +278,15 @@ def test_a_restore_while_another_checkpoint_is_open_is_refused() -> None:
     """Another id open: checkpoint_conflict; the same id open by prepare: invalid_phase."""
     refused(
         ErrorCode.CHECKPOINT_CONFLICT,
-        lambda: rules.restore_replay(prepared("c2"), "c1", ("/d", ()), phase=Phase.PREPARED),
+        lambda: rules.restore_replay(
+            prepared("c2"), "c1", ("/d", scope_of()), phase=Phase.PREPARED
+        ),
     )
     refused(
         ErrorCode.INVALID_PHASE,
-        lambda: rules.restore_replay(prepared("c1"), "c1", ("/d", ()), phase=Phase.PREPARED),
+        lambda: rules.restore_replay(
+            prepared("c1"), "c1", ("/d", scope_of()), phase=Phase.PREPARED
+        ),
     )
 
 
@@ -316,7 +327,7 @@ def test_no_check_changes_the_open_checkpoint(
     restarts: frozenset[EnvironmentEpisode],
 ) -> None:
     """Whether they pass or refuse, the checks leave the open record as it was."""
-    open_ = prepared(prepared_restarts=restarts, restore=(("/d", ("a",)), {"x": 1}))
+    open_ = prepared(prepared_restarts=restarts, restore=(("/d", scope_of("a")), lambda: {"x": 1}))
     before = copy.deepcopy(open_)
     checks: list[Callable[[], object]] = [
         lambda: rules.require_open(open_, checkpoint_id),
@@ -324,7 +335,7 @@ def test_no_check_changes_the_open_checkpoint(
         lambda: rules.prepare_replay(open_, checkpoint_id, phase=phase),
         lambda: rules.still_preparing(open_, checkpoint_id, phase=phase),
         lambda: rules.check_commit(open_, checkpoint_id, phase=phase, ready=ready, scope=scope),
-        lambda: rules.restore_replay(open_, checkpoint_id, ("/d", ("a",)), phase=phase),
+        lambda: rules.restore_replay(open_, checkpoint_id, ("/d", scope_of("a")), phase=phase),
     ]
     for check in checks:
         with contextlib.suppress(ParticipantError):

@@ -16,6 +16,7 @@ from envckpt.errors import ParticipantError
 from envckpt.participant import rules
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.open_checkpoint import OpenCheckpoint, RestoreArgs
+from envckpt.participant.scope_table import ScopeTable
 from envckpt.protocol import ErrorCode, Phase
 
 
@@ -64,9 +65,9 @@ def test_a_commit_with_nothing_open_says_to_prepare_first() -> None:
 
 def test_a_restore_repeated_with_other_arguments_names_the_checkpoint() -> None:
     """The conflict names the restore's checkpoint id."""
-    first: RestoreArgs = ("/snap/a", ("r1",))
-    open_ = OpenCheckpoint("c9", restore=(first, {"phase": "restored"}))
-    other: RestoreArgs = ("/snap/b", ("r1",))
+    first: RestoreArgs = ("/snap/a", ScopeTable.of([EnvironmentEpisode("r1", 0)]))
+    open_ = OpenCheckpoint("c9", restore=(first, lambda: {"phase": "restored"}))
+    other: RestoreArgs = ("/snap/b", first[1])
     detail = refusal_detail(
         ErrorCode.CHECKPOINT_CONFLICT,
         lambda: rules.restore_replay(open_, "c9", other, phase=Phase.RESTORED),
