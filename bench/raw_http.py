@@ -26,8 +26,10 @@ from urllib.parse import urlsplit
 import orjson
 
 PREFIX = "/ng-control/v1/checkpoint"
-# An idle connection is dropped after this long (below uvicorn's 5 s keep-alive).
-IDLE_SECONDS = 4.0
+# An idle connection is dropped after this long: envckpt's control client's
+# policy (``http.client.DEFAULT_KEEPALIVE_SECONDS``), below the bench servers'
+# 30 s keep-alive (nemo-gym's).
+IDLE_SECONDS = 25.0
 # Prepare order by server name; resume runs it backwards.
 STAGE_ORDER: tuple[str, ...] = ("policy", "agent", "resources")
 
@@ -60,7 +62,7 @@ class RawConnection:
         )
         async with self._lock:
             # Like any keep-alive client: drop a connection idle long enough for
-            # the server (uvicorn: 5 s) to have closed it, and resend once if a
+            # the server (here: 30 s) to close it soon, and resend once if a
             # reused one turns out closed before any reply byte.
             if time.monotonic() - self._last_used > IDLE_SECONDS:
                 await self._close()

@@ -116,6 +116,8 @@ async def serve(args: argparse.Namespace) -> None:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            # As nemo-gym 0.7.0 runs its servers (uvicorn's default is 5 s).
+            timeout_keep_alive=30,
         )
         servers.append((index, name, _Server(config)))
     tasks = [asyncio.create_task(server.serve()) for _, _, server in servers]

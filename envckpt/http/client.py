@@ -18,6 +18,10 @@ Bodies are encoded with orjson (the standard library encoder takes over
 whenever orjson would write ``null``, so NaN and Infinity are still refused
 with ``ValueError``).
 
+Idle connections are kept ``keepalive_seconds`` (25 s by default) from their
+last reply, so a checkpoint's calls to one server reuse one connection from
+prepare to resume (see ``DEFAULT_KEEPALIVE_SECONDS``).
+
 Retries, all inside the call's ``timeout``:
 
 * a failure to *connect* (refused, connect timeout) is retried up to
@@ -67,10 +71,16 @@ DEFAULT_MAX_CONNECTIONS = 64
 # A connection attempt never waits longer than this, so connect retries fit
 # inside a long per-call budget (discovery allows 60 s for the reply).
 DEFAULT_CONNECT_TIMEOUT = 10.0
-# An idle pooled connection is dropped after this long. Below uvicorn's
-# default keep-alive (5 s), so against default servers we close first and the
-# stale-connection retry is for servers with shorter timeouts, and the race.
-DEFAULT_KEEPALIVE_SECONDS = 4.0
+# An idle pooled connection is dropped after this long, counted from its last
+# reply: long enough to last through a snapshot's phases at a thousand
+# instances (an instance's prepare, commit and resume may lie seconds apart),
+# and below the keep-alive of the servers it calls (nemo-gym runs its servers
+# with uvicorn's ``timeout_keep_alive=30``, envckpt's own serve the same). A
+# server with a shorter keep-alive (uvicorn's default, 5 s) closes idle
+# connections first: the pool sees the close and opens a new one, and a call
+# that crossed the close is sent again (``STALE_CONNECTION_RETRIES``). At 4 s,
+# a thousand packed instances reconnected in mid-snapshot, all at once.
+DEFAULT_KEEPALIVE_SECONDS = 25.0
 # Pause before connect retry n (n >= 1): RETRY_BACKOFF * 2 ** (n - 1), capped.
 RETRY_BACKOFF = 0.05
 MAX_RETRY_BACKOFF = 1.0

@@ -49,6 +49,7 @@ from envckpt.http.exchange import (
     Headers,
     HttpResponse,
     ReplyLimits,
+    RequestHeads,
     ServerDisconnected,
     Wire,
     connect,
@@ -124,6 +125,9 @@ class ConnectionPool:
         self._connect_timeout = connect_timeout
         self._ssl_context = ssl_context
         self._limits = limits
+        # The request heads h11 validated, sent again (a call to the same
+        # server and route usually differs by its body's length at most).
+        self._heads = RequestHeads()
         # Idle connections per origin, most recently used last.
         self._idle: dict[Origin, list[Wire]] = {}
         self._busy: set[Wire] = set()
@@ -161,7 +165,7 @@ class ConnectionPool:
         try:
             async with asyncio.timeout_at(deadline):
                 response, reusable = await exchange(
-                    connection, method, target, headers, body, self._limits
+                    connection, method, target, headers, body, self._limits, self._heads
                 )
         except BaseException:
             self._discard(connection)

@@ -18,10 +18,10 @@ logging is not reconfigured (uvicorn's loggers only get ``log_level``).
 Every server gets deliberate connection limits (``ServerLimits``): a request
 must arrive whole within ``request_read_seconds`` (``read_guard``: slow
 headers and slow bodies alike), an idle keep-alive connection is closed after
-``keep_alive_seconds``, longer than any envckpt client keeps one idle
-(``http.client.DEFAULT_KEEPALIVE_SECONDS``, 4 s, and the data clients' 4 s),
-so a client never sends on a connection the server is closing, except in the
-race its stale-connection retry covers; headers are capped at
+``keep_alive_seconds`` (30 s, as nemo-gym runs its servers), longer than any
+envckpt client keeps one idle (``http.client.DEFAULT_KEEPALIVE_SECONDS``,
+25 s, and the data clients' 4 s), so a client never sends on a connection
+the server is closing, except in the race its stale-connection retry covers; headers are capped at
 ``max_header_bytes``.
 """
 
@@ -44,8 +44,9 @@ DEFAULT_HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 30.0
 # In-flight requests get this long at shutdown before they are cancelled.
 GRACEFUL_SHUTDOWN_SECONDS = 2
-# Above every envckpt client's idle keep-alive (4 s): the client closes first.
-SERVER_KEEP_ALIVE_SECONDS = 5
+# Above every envckpt client's idle keep-alive (the control client's 25 s): the
+# client closes first. nemo-gym 0.7.0 runs its servers with the same 30 s.
+SERVER_KEEP_ALIVE_SECONDS = 30
 MAX_HEADER_BYTES = 16 * 1024
 
 

@@ -38,7 +38,7 @@ DEFAULT_RUN_TIMEOUT = 3600.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_CONNECTIONS = 256
 # An idle pooled connection is dropped after this long: below the keep-alive
-# of the servers envckpt starts (5 s, ``http.serve.SERVER_KEEP_ALIVE_SECONDS``),
+# of the servers envckpt starts (30 s, ``http.serve.SERVER_KEEP_ALIVE_SECONDS``),
 # so a call is never sent on a connection the server is closing (nothing here
 # is retried: a data call may have reached the server).
 DEFAULT_KEEPALIVE_SECONDS = 4.0

@@ -15,6 +15,7 @@ from envckpt.http.exchange import (
     BadReply,
     HttpResponse,
     ReplyLimits,
+    RequestHeads,
     ServerDisconnected,
     Wire,
     connect,
@@ -68,6 +69,44 @@ def test_a_request_h11_refuses_is_a_value_error(
     """A request h11 would not write never reaches the socket."""
     with pytest.raises(ValueError, match="h11 refuses"):
         request_bytes(h11.Connection(h11.CLIENT), b"GET", target, headers, None)
+
+
+def test_kept_heads_write_the_same_bytes_as_fresh_ones() -> None:
+    """A head kept from an earlier request writes exactly what h11 writes for a new one."""
+    heads = RequestHeads()
+    for body in (b'{"a":1}', b'{"a":2}', b'{"a":10}', None):
+        fresh = request_bytes(h11.Connection(h11.CLIENT), b"POST", b"/p", HOST, body)
+        kept = request_bytes(h11.Connection(h11.CLIENT), b"POST", b"/p", HOST, body, heads)
+        assert kept == fresh
+
+
+def test_heads_are_kept_per_method_target_fields_and_length() -> None:
+    """The same fields and length give the same event; any difference gives another."""
+    heads = RequestHeads()
+    first = heads.of(b"POST", b"/p", HOST, 7)
+    assert heads.of(b"POST", b"/p", list(HOST), 7) is first
+    others = [
+        heads.of(b"POST", b"/p", HOST, 8),
+        heads.of(b"POST", b"/q", HOST, 7),
+        heads.of(b"PUT", b"/p", HOST, 7),
+        heads.of(b"POST", b"/p", [(b"Host", b"other")], 7),
+        heads.of(b"POST", b"/p", HOST, -1),
+    ]
+    assert all(other is not first for other in others)
+    assert (b"content-length", b"8") in list(others[0].headers)
+    assert all(name != b"content-length" for name, _ in others[-1].headers)
+
+
+def test_heads_stay_bounded_and_refusals_are_not_kept() -> None:
+    """Past ``size`` entries the cache starts again; a refused head raises every time."""
+    heads = RequestHeads(size=2)
+    first = heads.of(b"GET", b"/a", HOST, -1)
+    heads.of(b"GET", b"/b", HOST, -1)
+    heads.of(b"GET", b"/c", HOST, -1)  # full: started again
+    assert heads.of(b"GET", b"/a", HOST, -1) is not first
+    for _ in range(2):
+        with pytest.raises(ValueError, match="h11 refuses"):
+            heads.of(b"GET", b"/a b", HOST, -1)
 
 
 async def test_a_clean_keep_alive_exchange_leaves_the_wire_reusable() -> None:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from envckpt.coordination.transport import TransportFailure
-from envckpt.http.reply_json import MAX_REPLY_DEPTH, control_reply, decode_reply, nests_deeper
+from envckpt.http.reply_json import (
+    MAX_REPLY_DEPTH,
+    control_reply,
+    decode_reply,
+    has_long_digit_run,
+    nests_deeper,
+)
 
 
 def nested(depth: int, opening: bytes = b"[", closing: bytes = b"]") -> bytes:
@@ -151,3 +159,53 @@ def test_arrays_and_objects_alternating_count_one_level_each(levels: int) -> Non
     data = opens + b'"[[[[]"' + closes  # brackets inside a string do not nest
     assert nests_deeper(data) is (levels > MAX_REPLY_DEPTH)
     assert json.loads(data) is not None
+
+
+def _depth(value: object) -> int:
+    """How deep ``value``'s arrays and objects nest (the reference the scan must match)."""
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+# Strings full of what the scan must see past: brackets, quotes, backslashes.
+_TRICKY_TEXT = st.text(alphabet='[]{}"\\ab', max_size=6)
+_VALUES = st.recursive(
+    st.none() | st.integers() | _TRICKY_TEXT,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(_TRICKY_TEXT, children, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+@given(value=_VALUES, limit=st.integers(min_value=0, max_value=8))
+def test_nests_deeper_matches_the_depth_of_any_value(value: object, limit: int) -> None:
+    """Any JSON value (strings holding brackets, quotes and escapes, side by side): the
+    scan's verdict is the real depth's, with and without escapes in the body."""
+    body = json.dumps(value, separators=(",", ":")).encode()
+    assert nests_deeper(body, limit) is (_depth(value) > limit)
+
+
+def test_a_string_of_brackets_beside_an_empty_string_stays_a_string() -> None:
+    """Adjacent strings (one closing, the next opening) hide nothing between them."""
+    body = b'["' + b"[" * 100 + b'","",' + b"[" * 3 + b"]" * 3 + b"]"
+    assert nests_deeper(body, limit=3)
+    assert not nests_deeper(body, limit=4)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b"1234567890123456789", True),
+        (b"123456789012345678", False),
+        (b'{"a":123456789,"b":0123456789}', False),  # runs apart do not join
+        (b"x0000000000000000000x", True),
+        (b"", False),
+    ],
+)
+def test_a_long_digit_run_is_19_digits_in_a_row(data: bytes, expected: bool) -> None:
+    """19 digits in a row, no fewer, and only in a row."""
+    assert has_long_digit_run(data) is expected

@@ -115,7 +115,7 @@ def test_serve_in_thread_reports_a_failed_startup() -> None:
 
 
 def test_server_limits_are_deliberate_and_validated() -> None:
-    """30 s to read a request, 5 s keep-alive, 16 KiB of headers; nonsense is refused."""
+    """30 s to read a request, 30 s keep-alive, 16 KiB of headers; nonsense is refused."""
     from envckpt.http.serve import MAX_HEADER_BYTES, SERVER_KEEP_ALIVE_SECONDS, ServerLimits
 
     limits = ServerLimits()
@@ -125,7 +125,7 @@ def test_server_limits_are_deliberate_and_validated() -> None:
         MAX_HEADER_BYTES,
     )
     options = limits.uvicorn_options()
-    assert options["timeout_keep_alive"] == 5 and options["h11_max_incomplete_event_size"] == 16384
+    assert options["timeout_keep_alive"] == 30 and options["h11_max_incomplete_event_size"] == 16384
     assert options["http"].read_seconds == 30.0
     for bad in ({"request_read_seconds": 0}, {"keep_alive_seconds": 0}, {"max_header_bytes": 10}):
         with pytest.raises(ValueError):
