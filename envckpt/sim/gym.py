@@ -96,11 +96,12 @@ def expected_transcript(rollout_id: str, task: Mapping[str, Any], *, seed: int) 
     return lines
 
 
-def build_model_and_tool(
+def build_model(
     config: GymConfig, clock: Clock, staging_sink: StagingSink | None
-) -> tuple[PolicyModelServer, ToolServer]:
-    """The policy model and tool servers of one deployment (shared with the HTTP servers)."""
-    model = PolicyModelServer(
+) -> PolicyModelServer:
+    """The policy model server of one deployment, every setting of ``config`` applied (one
+    home for it: the in-process Gym, its HTTP servers and each multi-worker worker)."""
+    return PolicyModelServer(
         server_name=MODEL_SERVER,
         seed=config.seed,
         clock=clock,
@@ -108,7 +109,11 @@ def build_model_and_tool(
         staging_sink=staging_sink,
         model_calls=parse_model_calls(config.model_calls),
     )
-    tool = ToolServer(
+
+
+def build_tool(config: GymConfig, clock: Clock) -> ToolServer:
+    """The tool (resources) server of one deployment, every setting of ``config`` applied."""
+    return ToolServer(
         server_name=RESOURCES_SERVER,
         mode=config.resources_mode,
         seed=config.seed,
@@ -116,7 +121,13 @@ def build_model_and_tool(
         latency=config.tool_latency,
         audit_path=config.audit_path,
     )
-    return model, tool
+
+
+def build_model_and_tool(
+    config: GymConfig, clock: Clock, staging_sink: StagingSink | None
+) -> tuple[PolicyModelServer, ToolServer]:
+    """The policy model and tool servers of one deployment (shared with the HTTP servers)."""
+    return build_model(config, clock, staging_sink), build_tool(config, clock)
 
 
 class SimulatedGym:

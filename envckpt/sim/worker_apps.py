@@ -42,10 +42,15 @@ from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBo
 from envckpt.participant.core import ParticipantCore
 from envckpt.sim.data_clients import HttpModelClient, HttpStagingSink, HttpToolClient
 from envckpt.sim.data_routes import agent_router, model_router, tool_router
-from envckpt.sim.gym import AGENT_SERVER, MODEL_SERVER, RESOURCES_SERVER, GymConfig
+from envckpt.sim.gym import (
+    AGENT_SERVER,
+    MODEL_SERVER,
+    RESOURCES_SERVER,
+    GymConfig,
+    build_model,
+    build_tool,
+)
 from envckpt.sim.kinds.agent import AgentServer
-from envckpt.sim.kinds.model import PolicyModelServer
-from envckpt.sim.kinds.resources import ToolServer
 
 SETTINGS_ENV = "ENVCKPT_SIM_WORKER_SETTINGS"
 TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
@@ -147,13 +152,7 @@ def policy_model_app() -> FastAPI:
     sink = None
     if settings.rows_url:
         sink = HttpStagingSink(settings.rows_url, secret(ROWS_TOKEN_ENV, ROWS_TOKEN_FILE_ENV))
-    model = PolicyModelServer(
-        server_name=MODEL_SERVER,
-        seed=config.seed,
-        clock=SystemClock(),
-        latency=config.model_latency,
-        staging_sink=sink,
-    )
+    model = build_model(config, SystemClock(), sink)
     app = _participant_app(settings, config, model.core)
     app.include_router(model_router(model, max_body_bytes=settings.data_max_body_bytes))
     if sink is not None:
@@ -166,14 +165,7 @@ def tool_resources_app() -> FastAPI:
     """One worker of the tool (resources) server."""
     settings = WorkerSettings.from_env()
     config = settings.gym_config()
-    tool = ToolServer(
-        server_name=RESOURCES_SERVER,
-        mode=config.resources_mode,
-        seed=config.seed,
-        clock=SystemClock(),
-        latency=config.tool_latency,
-        audit_path=config.audit_path,
-    )
+    tool = build_tool(config, SystemClock())
     app = _participant_app(settings, config, tool.core)
     app.include_router(tool_router(tool, max_body_bytes=settings.data_max_body_bytes))
     _mount(app, settings, config, tool.core)

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from envckpt.http.workers.slots import WORKER_DIR_ENV, WORKERS_ENV
+from envckpt.participant.model_calls import ModelCallPolicy
 from envckpt.protocol import CHECKPOINT_ROUTE_PREFIX
 from envckpt.sim import worker_apps
 from envckpt.sim.worker_apps import SETTINGS_ENV, WorkerSettings
@@ -128,3 +129,32 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_worker_builds_its_model_and_tool_with_every_setting_of_the_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model-call policy and the latencies reach every worker (a worker once built its
+    model with the default policy, so ``--workers N --model-calls wait`` refused calls)."""
+    config = {"seed": 5, "model_calls": "wait", "model_latency": 0.5, "tool_latency": 0.25}
+    settings = WorkerSettings(config=config, checkpoint_root=str(tmp_path))
+    monkeypatch.setenv(SETTINGS_ENV, settings.to_env()[SETTINGS_ENV])
+    monkeypatch.setenv("ENVCKPT_GYM_TOKEN", TOKEN)
+    monkeypatch.setenv(WORKER_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(WORKERS_ENV, "2")
+    built: list[Any] = []
+
+    def keeping(builder: Any) -> Any:
+        def build(*args: Any) -> Any:
+            built.append(builder(*args))
+            return built[-1]
+
+        return build
+
+    monkeypatch.setattr(worker_apps, "build_model", keeping(worker_apps.build_model))
+    monkeypatch.setattr(worker_apps, "build_tool", keeping(worker_apps.build_tool))
+    worker_apps.policy_model_app()
+    worker_apps.tool_resources_app()
+    model, tool = built
+    assert (model.calls.policy, model.latency) == (ModelCallPolicy.WAIT, 0.5)
+    assert (tool.latency, tool.mode) == (0.25, "export_restore")
