@@ -151,9 +151,12 @@ async def main(directory: Path) -> int:
     (root / "run.yaml").write_text(CONFIG.format(root=root))
     staging = PendingStaging()  # the policy model ships token rows here
     # Participants write checkpoints only under their root (here: the job's directory).
+    # A tool call of 50 ms makes a rollout last about 0.6 s: several 0.3 s snapshots
+    # fall inside the job even on a busy machine (at 20 ms it could end before one held
+    # a rollout, and then there is nothing to crash on).
     servers = [
         GymServers(
-            token=TOKEN, seed=5, tool_latency=0.02, staging_sink=staging, checkpoint_root=root
+            token=TOKEN, seed=5, tool_latency=0.05, staging_sink=staging, checkpoint_root=root
         )
         for _ in INSTANCES
     ]

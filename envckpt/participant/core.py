@@ -50,7 +50,7 @@ from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import StateHooks
 from envckpt.participant.json_state import NonFinite
 from envckpt.participant.model_calls import ModelCalls, wait_for_boundary
-from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint
+from envckpt.participant.open_checkpoint import FinishedIds, OpenCheckpoint, restore_reply
 from envckpt.participant.readiness import readiness_report
 from envckpt.participant.restore_read import install_in_batches, verify_in_thread
 from envckpt.participant.scope_table import ScopeTable
@@ -310,8 +310,7 @@ class ParticipantCore:
         checkpoint_dir: str,
         episode_ids: Iterable[EnvironmentEpisode],
     ) -> dict[str, Any]:
-        # Sorted ids and attempts, no object per episode (scope_table.py): the
-        # fence keeps it, and a replay compares its arguments against it.
+        # Sorted ids and attempts, no object per episode: kept by the fence (scope_table.py).
         scope = ScopeTable.of(episode_ids)
         args = (checkpoint_dir, scope)
         async with self._lock:
@@ -323,8 +322,7 @@ class ParticipantCore:
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             held_here = self.hooks.live_episodes() | self.fence.in_flight()
             # Only the held rollouts' scope episodes can conflict: the others are not made.
-            held_scope = scope.of_rollouts(episode.rollout_id for episode in held_here)
-            rules.check_restorable(held_scope, held_here)
+            rules.check_restorable(scope.of_rollouts(e.rollout_id for e in held_here), held_here)
             source = await verify_in_thread(
                 Path(checkpoint_dir),
                 hooks=self.hooks,
@@ -336,9 +334,7 @@ class ParticipantCore:
             # Everything validated; nothing has changed yet.
             rules.check_deadline(self.clock.now(), deadline_ts, "restore")
             await work.close_admission(self.hooks)  # as prepare: closed until resume
-            live = self.hooks.live_episodes()
-            holding = (episode.rollout_id for episode in live | self.fence.in_flight())
-            held = self.fence.held_rollouts(scope.of_rollouts(holding), live)
+            held = self.fence.held_rollouts(scope, self.hooks.live_episodes())
             try:
                 # A process that served these rollouts: their older attempts
                 # are retired (marks first, then stopped and freed) before the
@@ -359,17 +355,8 @@ class ParticipantCore:
             _PHASES.fire(self._phase, "restore", checkpoint_id=checkpoint_id)
             self.counters.restores += 1
             self.served_traffic = True  # installed state counts as traffic (status)
-            source_id = source.checkpoint_id
+            reply = restore_reply(checkpoint_id, source.checkpoint_id, scope, installed)
             del source  # the verified checkpoint: its thread and identity go now
-
-            def reply() -> dict[str, Any]:
-                return {
-                    "phase": Phase.RESTORED,
-                    "checkpoint_id": checkpoint_id,
-                    "source_checkpoint_id": source_id,
-                    "restored": scope.next_keys(installed),
-                }
-
             self._open = OpenCheckpoint(checkpoint_id, restore=(args, reply))
             self._arm_lease(deadline_ts)
             return reply()

@@ -48,6 +48,17 @@ class AttemptFence:
 
     # ----------------------------------------------------------------- views
 
+    def state(self) -> tuple[object, ...]:
+        """Everything the fence decides by, in a canonical order: two fences equal in it
+        refuse and admit alike (the model check hashes states by it)."""
+        restored = () if self._restored is None else self._restored.entries()
+        return (
+            tuple(sorted(self._marks.items())),
+            tuple(sorted(self._latest.items())),
+            restored,
+            tuple(sorted(self._in_flight.items())),
+        )
+
     def mark(self, rollout_id: str) -> int | None:
         """The rollout's retire mark, if it has one."""
         return self._marks.get(rollout_id)
@@ -207,7 +218,9 @@ class AttemptFence:
         self._restored = newer if older is None or older.empty else older.merged(newer)
 
     def held_rollouts(
-        self, scope: Iterable[EnvironmentEpisode], live: frozenset[EnvironmentEpisode]
+        self,
+        scope: ScopeTable | Iterable[EnvironmentEpisode],
+        live: frozenset[EnvironmentEpisode],
     ) -> tuple[EnvironmentEpisode, ...]:
         """The ``scope`` episodes whose rollout holds state or a call here (sorted).
 
@@ -217,6 +230,8 @@ class AttemptFence:
         holding = {episode.rollout_id for episode in live | self.in_flight()}
         if not holding:
             return ()  # a fresh process: the scope is not even read
+        if isinstance(scope, ScopeTable):  # a restore's (large) scope: looked up, not walked
+            return tuple(sorted(set(scope.of_rollouts(holding))))
         return tuple(sorted({episode for episode in scope if episode.rollout_id in holding}))
 
     def drop_unstarted_outside(

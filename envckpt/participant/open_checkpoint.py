@@ -23,7 +23,7 @@ from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
 from envckpt.participant.commit_write import CommitWrite
 from envckpt.participant.scope_table import ScopeTable
-from envckpt.protocol import ErrorCode
+from envckpt.protocol import ErrorCode, Phase
 
 FINISHED_IDS_KEPT = 64
 
@@ -75,3 +75,19 @@ class FinishedIds:
             raise ParticipantError(
                 ErrorCode.STALE_CHECKPOINT, f"checkpoint {checkpoint_id} has finished"
             )
+
+
+def restore_reply(
+    checkpoint_id: str, source_id: str, scope: ScopeTable, installed: bytes | bytearray
+) -> Callable[[], dict[str, Any]]:
+    """The restore's reply, made anew at each call: the first answer and every replay."""
+
+    def reply() -> dict[str, Any]:
+        return {
+            "phase": Phase.RESTORED,
+            "checkpoint_id": checkpoint_id,
+            "source_checkpoint_id": source_id,
+            "restored": scope.next_keys(installed),
+        }
+
+    return reply

@@ -122,6 +122,11 @@ class RestoredAttempts:
         """Nothing active, nothing unstarted: the fence may drop it."""
         return not self.flags.strip(b"\0")
 
+    def entries(self) -> tuple[tuple[str, int, int], ...]:
+        """``(rollout_id, attempt, flags)`` of every episode that still counts, in table
+        order: two restores equal in it answer every question alike."""
+        return tuple(_entries(self))
+
     def merged(self, newer: RestoredAttempts) -> RestoredAttempts:
         """Both restores' episodes in one table (flags of an episode in both combined).
 

@@ -83,10 +83,7 @@ def _core(core: ParticipantCore, now: float) -> tuple[Any, ...]:
         core.phase,
         opened,
         tuple(core.finished),
-        tuple(sorted(fence._marks.items())),
-        tuple(sorted(fence._latest.items())),
-        tuple(sorted(fence._unstarted)),
-        tuple(sorted(fence._in_flight.items())),
+        fence.state(),
         tuple(sorted((e, repr(s)) for e, s in hooks.states.items())),  # type: ignore[attr-defined]
         hooks.admission_open,  # type: ignore[attr-defined]
         core.served_traffic,

@@ -206,6 +206,8 @@ def test_held_rollouts_are_the_scope_episodes_whose_rollout_holds_anything() -> 
         [ep("c", 1), ep("b", 2), ep("a", 3), ep("b", 2)], frozenset({ep("a", 0)})
     )
     assert held == (ep("a", 3), ep("b", 2))
+    table = ScopeTable.of([ep("c", 1), ep("b", 2), ep("a", 3)])  # looked up, not walked
+    assert fence.held_rollouts(table, frozenset({ep("a", 0)})) == held
 
 
 # ------------------------------------------------------------ property tests
@@ -353,3 +355,26 @@ FenceMachine.TestCase.settings = settings(
     max_examples=examples(60), stateful_step_count=30, deadline=None
 )
 TestFenceContract = FenceMachine.TestCase
+
+
+def test_state_tells_fences_apart_exactly_when_they_would_answer_apart() -> None:
+    """Two fences given the same calls have equal states; a mark, an admission or a
+    restore each change it, and a fence restored in one go equals one restored in two."""
+
+    def built(*restores: list[EnvironmentEpisode]) -> AttemptFence:
+        fence = AttemptFence()
+        fence.retire([ep("a", 1)])
+        fence.admitted(ep("b", 0))
+        for scope in restores:
+            fence.restored(ScopeTable.of(scope), bytearray([1]) * len(scope))
+        return fence
+
+    assert built().state() == built().state()
+    plain = built().state()
+    retired, admitted = built(), built()
+    retired.retire([ep("c", 0)])
+    admitted.admitted(ep("c", 0))
+    assert len({plain, retired.state(), admitted.state()}) == 3
+    both = [ep("d", 0), ep("e", 2)]
+    assert built(both).state() != plain
+    assert built(both).state() == built(both[:1], both[1:]).state()
