@@ -61,6 +61,7 @@ from envckpt.http.connections import (
     ConnectFailed,
     ConnectionPool,
     Headers,
+    LoopBoundPool,
     Origin,
     ServerDisconnected,
 )
@@ -198,12 +199,13 @@ class HttpTransport(AsyncCloseable):
         self._targets = {
             name: _Target.of(url, authorization) for name, url in self._servers.items()
         }
-        self._max_connections = max_connections
-        self._connect_timeout = connect_timeout
-        self._keepalive_seconds = keepalive_seconds
-        self._ssl_context = ssl_context
-        self._pool: ConnectionPool | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = LoopBoundPool(
+            "an HttpTransport",
+            max_connections=max_connections,
+            keepalive_seconds=keepalive_seconds,
+            connect_timeout=connect_timeout,
+            ssl_context=ssl_context,
+        )
         self._closed = False
         # Counters for tests and metrics: calls made, HTTP attempts sent, and
         # resends after a pooled connection turned out closed.
@@ -234,20 +236,9 @@ class HttpTransport(AsyncCloseable):
 
     def _client(self) -> ConnectionPool:
         """The pool of the running loop, made on first use."""
-        loop = asyncio.get_running_loop()
         if self._closed:
             raise TransportFailure("the transport is closed")
-        if self._pool is None:
-            self._pool = ConnectionPool(
-                max_connections=self._max_connections,
-                keepalive_seconds=self._keepalive_seconds,
-                connect_timeout=self._connect_timeout,
-                ssl_context=self._ssl_context,
-            )
-            self._loop = loop
-        elif self._loop is not loop:
-            raise RuntimeError("an HttpTransport is used from one event loop only")
-        return self._pool
+        return self._pool.get()
 
     async def request(
         self,
@@ -316,9 +307,7 @@ class HttpTransport(AsyncCloseable):
 
     async def aclose(self) -> None:
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.aclose()
+        await self._pool.aclose()
 
 
 @dataclass(frozen=True, slots=True)

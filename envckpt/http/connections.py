@@ -42,6 +42,7 @@ import asyncio
 import ssl
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from envckpt.http.exchange import (
@@ -333,3 +334,31 @@ class ConnectionPool:
         if next_expiry is not None:
             self._sweeper = loop.call_at(next_expiry, self._sweep)
         self._wake_one()
+
+
+class LoopBoundPool:
+    """A ``ConnectionPool`` made on first use, for the event loop that first used it.
+
+    A pool's connections belong to one loop: a client used from another loop
+    is a bug, refused with ``RuntimeError`` naming ``owner``.
+    """
+
+    def __init__(self, owner: str, **options: Any) -> None:
+        self._owner = owner
+        self._options = options  # ConnectionPool's keywords
+        self._pool: ConnectionPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> ConnectionPool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None:
+            self._pool = ConnectionPool(**self._options)
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError(f"{self._owner} is used from one event loop only")
+        return self._pool
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()

@@ -38,7 +38,14 @@ from urllib.parse import quote, urlsplit
 from envckpt.coordination.transport import TransportFailure
 from envckpt.http.client import encode_body
 from envckpt.http.closing import AsyncCloseable
-from envckpt.http.connections import BadReply, ConnectFailed, ConnectionPool, Headers, Origin
+from envckpt.http.connections import (
+    BadReply,
+    ConnectFailed,
+    ConnectionPool,
+    Headers,
+    LoopBoundPool,
+    Origin,
+)
 from envckpt.http.reply_json import decode_reply
 
 __all__ = ["JsonClient", "JsonReply"]
@@ -108,10 +115,12 @@ class JsonClient(AsyncCloseable):
             (k.encode("ascii"), v.encode("latin-1")) for k, v in fixed.items()
         ]
         self._max_connections = max_connections
-        self._connect_timeout = connect_timeout
-        self._keepalive_seconds = keepalive_seconds
-        self._pool: ConnectionPool | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool = LoopBoundPool(
+            "a JsonClient",
+            max_connections=max_connections,
+            keepalive_seconds=keepalive_seconds,
+            connect_timeout=connect_timeout,
+        )
         self._closed = False
 
     def __repr__(self) -> str:  # the headers (a token) stay out of reprs and logs
@@ -147,22 +156,10 @@ class JsonClient(AsyncCloseable):
 
     def _client(self) -> ConnectionPool:
         """The pool of the running loop, made on first use."""
-        loop = asyncio.get_running_loop()
         if self._closed:
             raise ConnectFailed("the JsonClient is closed")
-        if self._pool is None:
-            self._pool = ConnectionPool(
-                max_connections=self._max_connections,
-                keepalive_seconds=self._keepalive_seconds,
-                connect_timeout=self._connect_timeout,
-            )
-            self._loop = loop
-        elif self._loop is not loop:
-            raise RuntimeError("a JsonClient is used from one event loop only")
-        return self._pool
+        return self._pool.get()
 
     async def aclose(self) -> None:
         self._closed = True
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.aclose()
+        await self._pool.aclose()

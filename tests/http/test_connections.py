@@ -18,6 +18,7 @@ from envckpt.http.connections import (
     ConnectFailed,
     ConnectionPool,
     HttpResponse,
+    LoopBoundPool,
     Origin,
     ReplyLimits,
     ServerDisconnected,
@@ -564,3 +565,25 @@ async def test_a_unix_socket_origin_without_a_deadline(tmp_path: Path) -> None:
         await connections.aclose()
     assert bodies == [b"[1]", b"[2]"]
     assert accepted == [1]
+
+
+def test_a_loop_bound_pool_is_made_once_and_refuses_another_loop() -> None:
+    """The same pool for every call on its loop; another loop is refused by the owner's name;
+    after ``aclose`` a fresh pool is made on first use."""
+    bound = LoopBoundPool(
+        "a test client", max_connections=2, keepalive_seconds=1.0, connect_timeout=1.0
+    )
+
+    async def twice() -> tuple[ConnectionPool, ConnectionPool]:
+        return bound.get(), bound.get()
+
+    first, again = asyncio.run(twice())
+    assert first is again
+    with pytest.raises(RuntimeError, match="a test client is used from one event loop only"):
+        asyncio.run(twice())
+
+    async def closed_then_used() -> ConnectionPool:
+        await bound.aclose()
+        return bound.get()
+
+    assert asyncio.run(closed_then_used()) is not first
