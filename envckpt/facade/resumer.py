@@ -41,6 +41,7 @@ class Resumer:
         errors: dict[str, BaseException] = {}
         for _ in range(max(1, self._timeouts.resume_attempts)):
             states, _ = await self._fan_out.collect(lambda i: i.state())
+            self._forget_closed(states)
             pending = [
                 self._fan_out.instances[iid]
                 for iid, state in states.items()
@@ -66,6 +67,18 @@ class Resumer:
             self._unresumed.setdefault(iid, checkpoint_id or "")
         if errors:
             raise aggregate("resume", errors)
+
+    def _forget_closed(self, states: Mapping[str, str]) -> None:
+        """Forget leftovers whose instance holds nothing open any more.
+
+        The instance's adapter was resumed (or moved on) by some other call
+        since; resuming it later under the remembered id would close nothing,
+        and would send a stale id in place of the checkpoint being aborted.
+        """
+        for iid in list(self._unresumed):
+            state = states.get(iid)
+            if state is not None and INSTANCE_LIFECYCLE.destination(state, "resume") is None:
+                del self._unresumed[iid]
 
     async def resume_leftovers(self) -> None:
         """Before a new checkpoint: resume what an earlier one could not."""

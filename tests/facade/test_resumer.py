@@ -117,6 +117,25 @@ async def test_leftovers_are_resumed_with_the_checkpoint_id_they_hold() -> None:
     assert world.all_idle()
 
 
+async def test_a_leftover_resumed_elsewhere_is_forgotten() -> None:
+    """A leftover whose adapter was resumed by another call since is dropped: a later
+    abort of a new checkpoint sends that new id, not the stale one, and closes it."""
+    world, resume = await failing_resumes(B, "agent", times=2, attempts=2)
+    with pytest.raises(GymCheckpointUnavailable):
+        await resume.resume("ck-1")
+    b = world.instances[B.instance_id]
+    # B is prepared and resumed directly (its participants' leases ran out meanwhile:
+    # here, the resume under the old id closes ck-1), outside the resumer.
+    await b.resume("ck-1", deadline_ts=FAR)
+    assert await b.state() == "resumed"
+    await resume.resume_leftovers()
+    assert resume.unresumed == {}
+    await prepared(world, "ck-2")
+    await resume.resume("ck-2")
+    assert world.all_idle()
+    assert resume.unresumed == {}
+
+
 async def test_leftovers_with_nothing_left_send_nothing() -> None:
     """Without leftovers, resume_leftovers sends no request."""
     world = FacadeWorld()
