@@ -33,7 +33,9 @@ class AdmissionCounters:
 
     def refused_with(self, code: ErrorCode, detail: str) -> ParticipantError:
         """Count one refusal and return the error to raise."""
-        self.refused[code] = self.refused.get(code, 0) + 1
+        # Keyed by the plain string: a StrEnum key is refused by orjson (the
+        # workers' private status replies), so a status after any refusal failed.
+        self.refused[code.value] = self.refused.get(code.value, 0) + 1
         return ParticipantError(code, detail)
 
 

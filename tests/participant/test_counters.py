@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from envckpt.clock import FakeClock
@@ -69,6 +70,18 @@ async def test_a_participant_counts_its_own_cycle_and_a_refusal(tmp_path: Path) 
     assert counters["records_written"] == 2
     assert counters["commit_seconds_total"] > 0
     assert (counters["commit_failures"], counters["retired_attempts"]) == (0, 1)
+
+
+async def test_a_status_after_a_refusal_is_plain_json() -> None:
+    """The refused counts are keyed by plain strings, so orjson (the workers' private
+    status replies) encodes a status after any refusal; a StrEnum key made it fail."""
+    core, _ = await prepared_after(ep("r1"))
+    with pytest.raises(ParticipantError):
+        async with core.admit(ep("r1")):
+            pass
+    status = await core.status()
+    assert [type(key) for key in status["counters"]["refused"]] == [str]
+    assert orjson.loads(orjson.dumps(status))["counters"]["refused"] == {"admission_closed": 1}
 
 
 async def test_a_failed_commit_write_is_counted_as_one(tmp_path: Path) -> None:
