@@ -31,7 +31,12 @@ from typing import Any, Protocol
 from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
-from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
+from envckpt.participant.agent_steps import (
+    cancel_and_wait,
+    run_own_task,
+    step_until_done,
+    wait_until_open,
+)
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import SessionHooks
 from envckpt.sim.kinds.common import (
@@ -287,11 +292,7 @@ class AgentServer(SessionHooks[AgentSession]):
 
     async def shutdown(self) -> None:
         """Stop every running ``run`` as if the process died (their callers see cancellation)."""
-        work = list(self._runs.values())
-        for task in work:
-            task.cancel()
-        if work:
-            await asyncio.wait(work)
+        await cancel_and_wait(self._runs.values())
 
     # ------------------------------------------------------------ inspection
 
@@ -322,12 +323,7 @@ class AgentServer(SessionHooks[AgentSession]):
         return {"run_episode_ids": capture_keys(exported)}
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [task for e, task in self._runs.items() if retired_by(e, episodes)]
-        for task in doomed:
-            task.cancel()
-        if doomed:
-            # Cancellation lands at the run's next await, so this is quick.
-            await asyncio.wait(doomed)
+        await cancel_and_wait(task for e, task in self._runs.items() if retired_by(e, episodes))
         await super().retire(episodes)
 
 
