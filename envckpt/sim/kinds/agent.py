@@ -26,7 +26,7 @@ import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
@@ -82,30 +82,35 @@ def _through_json(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
-class InProcessModelClient:
-    """``ModelClient`` calling a model server object directly, bodies copied as JSON."""
+class _Finishing(Protocol):
+    async def finish(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
-    def __init__(self, server: ModelClient) -> None:
+
+ServerT = TypeVar("ServerT", bound=_Finishing)
+
+
+class _InProcessClient(Generic[ServerT]):
+    """A server object called directly, bodies copied as JSON both ways."""
+
+    def __init__(self, server: ServerT) -> None:
         self._server = server
+
+    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _through_json(await self._server.finish(_through_json(request)))
+
+
+class InProcessModelClient(_InProcessClient[ModelClient]):
+    """``ModelClient`` calling a model server object directly, bodies copied as JSON."""
 
     async def generate(self, request: dict[str, Any]) -> dict[str, Any]:
         return _through_json(await self._server.generate(_through_json(request)))
 
-    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _through_json(await self._server.finish(_through_json(request)))
 
-
-class InProcessToolClient:
+class InProcessToolClient(_InProcessClient[ToolClient]):
     """``ToolClient`` calling a tool server object directly, bodies copied as JSON."""
-
-    def __init__(self, server: ToolClient) -> None:
-        self._server = server
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
         return _through_json(await self._server.call(_through_json(request)))
-
-    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _through_json(await self._server.finish(_through_json(request)))
 
 
 def opening_line(prompt: str) -> str:
