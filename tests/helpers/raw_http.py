@@ -133,10 +133,10 @@ class RawHttpServer(Closeable):
                         sock.sendall(step.data)
                 self.script_done[index].set()
                 if not self._close_after:
-                    while sock.recv(65536):  # until the client closes (or stop())
+                    while sock.recv(65536):  # until the client closes (or close())
                         pass
             except OSError:
-                pass  # reset by the client, or stop(): the test checks what it saw
+                pass  # reset by the client, or close(): the test checks what it saw
 
 
 class _RequestReader:
