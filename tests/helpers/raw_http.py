@@ -133,7 +133,7 @@ class RawHttpServer(Closeable):
                         sock.sendall(step.data)
                 self.script_done[index].set()
                 if not self._close_after:
-                    while sock.recv(65536):  # until the client closes (or close())
+                    while sock.recv(65536):  # until the client hangs up (or the server closes)
                         pass
             except OSError:
                 pass  # reset by the client, or close(): the test checks what it saw
