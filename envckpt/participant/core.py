@@ -168,7 +168,9 @@ class ParticipantCore:
 
     async def prepare(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
-            await self._open_call(checkpoint_id, deadline_ts, "prepare")
+            await self._expire_if_due()
+            self.finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "prepare")
             if self._open is None:
                 await work.close_admission(self.hooks)  # reopens and raises if it fails
                 self._open = OpenCheckpoint(checkpoint_id)
@@ -197,12 +199,6 @@ class ParticipantCore:
             open_.prepare_reply = {"phase": self.phase, "report": report}
             return open_.prepare_reply
 
-    async def _open_call(self, checkpoint_id: str, deadline_ts: float, route: str) -> None:
-        """Under the lock, first: end a lapsed lease; refuse a finished id, a passed deadline."""
-        await self._expire_if_due()
-        self.finished.refuse(checkpoint_id)
-        rules.check_deadline(self.clock.now(), deadline_ts, route)
-
     async def _wait_for_boundary(self, checkpoint_id: str, deadline_ts: float) -> None:
         def preparing() -> bool:  # False once resumed (aborted) meanwhile
             return self.checkpoint_id == checkpoint_id and self.phase is Phase.PREPARING
@@ -214,7 +210,9 @@ class ParticipantCore:
 
     async def renew(self, checkpoint_id: str, *, deadline_ts: float) -> dict[str, Any]:
         async with self._lock:
-            await self._open_call(checkpoint_id, deadline_ts, "renew")
+            await self._expire_if_due()
+            self.finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "renew")
             if self._open is None:
                 raise ParticipantError(ErrorCode.INVALID_PHASE, "no checkpoint is open to renew")
             rules.require_open(self._open, checkpoint_id)
@@ -235,7 +233,9 @@ class ParticipantCore:
         scope = None if episode_ids is None else sorted_episodes(episode_ids)
         args: CommitArgs = (checkpoint_dir, scope, stop)
         async with self._lock:
-            await self._open_call(checkpoint_id, deadline_ts, "commit")
+            await self._expire_if_due()
+            self.finished.refuse(checkpoint_id)
+            rules.check_deadline(self.clock.now(), deadline_ts, "commit")
             write = None if self._open is None else self._open.commit
             if write is not None and write.checkpoint_id == checkpoint_id:
                 rules.check_commit_replay(checkpoint_id, write.args, args)
