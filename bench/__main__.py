@@ -256,24 +256,15 @@ def _packed(settings: Settings, workdir: Path, root: Path, figures: dict[str, fl
         _section(f"snapshot pause, {count} instances x 3, {per} instances per server process")
         started = time.perf_counter()
         packed = workdir / f"packed-{nominal}"
-        with (
-            Fleet(
-                "envckpt",
-                count=count,
-                workdir=packed,
-                token=TOKEN,
-                checkpoint_root=root,
-                per_process=per,
-            ) as envckpt,
-            Fleet(
-                "floor",
-                count=count,
-                workdir=packed,
-                token=TOKEN,
-                checkpoint_root=root,
-                per_process=per,
-            ) as floor,
-        ):
+        # Both variants alike but for what serves them.
+        fleet = {
+            "count": count,
+            "workdir": packed,
+            "token": TOKEN,
+            "checkpoint_root": root,
+            "per_process": per,
+        }
+        with Fleet("envckpt", **fleet) as envckpt, Fleet("floor", **fleet) as floor:
             print(f"  started in {time.perf_counter() - started:.1f} s", flush=True)
             runs, cpu = asyncio.run(
                 pause.measure(

@@ -21,7 +21,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from types import TracebackType
+
+from envckpt.closing import Closeable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_SECONDS = 120.0
@@ -36,7 +37,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-class Fleet:
+class Fleet(Closeable):
     """``count`` Gym instances of one variant, ``per_process`` to a server process."""
 
     def __init__(
@@ -104,7 +105,7 @@ class Fleet:
                 for urls in self._wait_ready(path, proc)
             ]
         except BaseException:
-            self.stop()
+            self.close()
             raise
         return self
 
@@ -147,7 +148,7 @@ class Fleet:
             total += int(fields[11]) + int(fields[12])
         return total / _TICKS
 
-    def stop(self) -> None:
+    def close(self) -> None:
         for proc in self._procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -159,11 +160,3 @@ class Fleet:
                 proc.kill()
                 proc.wait()
         self._procs.clear()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -161,24 +161,15 @@ async def _server(workdir: Path, cycles: int, variant: str) -> pstats.Stats:
     root.mkdir()
     profiles = workdir / "profiles"
     profiles.mkdir()
-    with (
-        Fleet(
-            "envckpt",
-            count=1,
-            workdir=workdir,
-            token=TOKEN,
-            checkpoint_root=root,
-            profile_dir=profiles,
-        ) as envckpt,
-        Fleet(
-            "floor",
-            count=1,
-            workdir=workdir,
-            token=TOKEN,
-            checkpoint_root=root,
-            profile_dir=profiles,
-        ) as floor,
-    ):
+    # Both variants alike but for what serves them.
+    fleet = {
+        "count": 1,
+        "workdir": workdir,
+        "token": TOKEN,
+        "checkpoint_root": root,
+        "profile_dir": profiles,
+    }
+    with Fleet("envckpt", **fleet) as envckpt, Fleet("floor", **fleet) as floor:
         driver = pause._Driver(envckpt, floor, count=1, root=root)
         await driver.start()
         clients = driver.raw_envckpt if variant == "envckpt" else driver.raw_floor

@@ -39,6 +39,9 @@ from envckpt.trainer.snapshot_loop import SnapshotPolicy
 DEFAULT_KEY = "checkpointing"
 LIVE_DATA_PLANE = "live.sqlite"
 SignalName = Literal["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP"]
+# The built objects' own defaults, so a field's default and its constructor's never drift.
+_TIMEOUTS = CheckpointTimeouts()
+_POLICY = SnapshotPolicy()
 
 
 class ConfigError(EnvckptError, ValueError):
@@ -58,12 +61,12 @@ class _Section(BaseModel):
 class TimeoutsConfig(_Section):
     """``CheckpointTimeouts``: seconds each control step may take, and resume retries."""
 
-    prepare_seconds: PositiveFloat = 120.0
-    commit_seconds: PositiveFloat = 600.0
-    control_seconds: PositiveFloat = 60.0
-    restore_seconds: PositiveFloat = 600.0
-    renew_interval_seconds: PositiveFloat = 60.0
-    resume_attempts: PositiveInt = 3
+    prepare_seconds: PositiveFloat = _TIMEOUTS.prepare_seconds
+    commit_seconds: PositiveFloat = _TIMEOUTS.commit_seconds
+    control_seconds: PositiveFloat = _TIMEOUTS.control_seconds
+    restore_seconds: PositiveFloat = _TIMEOUTS.restore_seconds
+    renew_interval_seconds: PositiveFloat = _TIMEOUTS.renew_interval_seconds
+    resume_attempts: PositiveInt = _TIMEOUTS.resume_attempts
 
     def build(self) -> CheckpointTimeouts:
         return CheckpointTimeouts(**self.model_dump())
@@ -72,12 +75,12 @@ class TimeoutsConfig(_Section):
 class SnapshotScheduleConfig(_Section):
     """``SnapshotPolicy``: when the job snapshots, and what failed snapshots mean."""
 
-    every_seconds: PositiveFloat | None = None
-    min_running_ratio: NonNegativeFloat = 3.0
-    max_consecutive_failures: PositiveInt = 3
-    keep_running_unprotected: bool = False
-    retry_initial_seconds: NonNegativeFloat = 0.5
-    retry_max_seconds: NonNegativeFloat = 30.0
+    every_seconds: PositiveFloat | None = _POLICY.every_seconds
+    min_running_ratio: NonNegativeFloat = _POLICY.min_running_ratio
+    max_consecutive_failures: PositiveInt = _POLICY.max_consecutive_failures
+    keep_running_unprotected: bool = _POLICY.keep_running_unprotected
+    retry_initial_seconds: NonNegativeFloat = _POLICY.retry_initial_seconds
+    retry_max_seconds: NonNegativeFloat = _POLICY.retry_max_seconds
 
     def build(self) -> SnapshotPolicy:
         return SnapshotPolicy(**self.model_dump())

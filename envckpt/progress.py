@@ -15,7 +15,6 @@ wall of redraws::
 from __future__ import annotations
 
 import sys
-from types import TracebackType
 from typing import TextIO
 
 from rich import filesize
@@ -29,13 +28,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from envckpt.closing import Closeable
+
 ITEMS = "items"
 BYTES = "bytes"
 # A plain line each time another quarter is done.
 PLAIN_STEPS = 4
 
 
-class ProgressBar:
+class ProgressBar(Closeable):
     """One task's progress on ``stream`` (stderr by default): drawn, or told in lines."""
 
     def __init__(
@@ -72,17 +73,6 @@ class ProgressBar:
             )
             self._task = self._rich.add_task(label, total=self.total, note="")
             self._rich.start()
-
-    def __enter__(self) -> ProgressBar:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def update(self, done: int, note: str = "") -> None:
         """``done`` of ``total`` finished now; ``note`` says more (``3 snapshots``)."""

@@ -28,7 +28,17 @@ MAX_MODULE_LINES = 450
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "values",
-        ("ids", "episodes", "clock", "fsutil", "crashpoints", "logs", "extras", "process_tie"),
+        (
+            "ids",
+            "episodes",
+            "clock",
+            "fsutil",
+            "closing",
+            "crashpoints",
+            "logs",
+            "extras",
+            "process_tie",
+        ),
     ),
     ("protocol", ("protocol",)),
     ("errors", ("errors", "checksummed")),

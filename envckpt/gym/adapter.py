@@ -23,7 +23,7 @@ Episodes may be Gym's own objects (anything with ``rollout_id`` and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,22 @@ class GymCheckpointAdapter:
     def _fire(self, trigger: str, checkpoint_id: str | None) -> None:
         _LIFECYCLE.fire(self._machine, trigger, checkpoint_id=checkpoint_id)
 
+    async def _step(
+        self,
+        trigger: str,
+        call: Callable[..., Awaitable[None]],
+        checkpoint_id: str,
+        *arguments: object,
+        deadline_ts: float,
+    ) -> None:
+        """``call`` (the coordination's operation of that name) over the participants, once
+        the machine allows ``trigger``; fired only when it succeeded, a failure leaving the
+        state as it was (renew, retire, forget and resume may all be tried again)."""
+        _LIFECYCLE.check(self._machine, trigger)
+        with self._unavailable(trigger):
+            await call(self.participants, checkpoint_id, *arguments, deadline_ts=deadline_ts)
+        self._fire(trigger, checkpoint_id)
+
     def _fail(self, trigger: str, checkpoint_id: str) -> None:
         if _LIFECYCLE.can_fire(self._machine, trigger):
             self._fire(trigger, checkpoint_id)
@@ -192,12 +208,7 @@ class GymCheckpointAdapter:
         # A failed renew is not itself fatal (the lease may still hold) and it
         # runs beside commit, so it never moves the machine to failed; a lost
         # lease shows up as a failed commit.
-        _LIFECYCLE.check(self._machine, "renew")
-        with self._unavailable("renew"):
-            await self._coordination.renew(
-                self.participants, checkpoint_id, deadline_ts=deadline_ts
-            )
-        self._fire("renew", checkpoint_id)
+        await self._step("renew", self._coordination.renew, checkpoint_id, deadline_ts=deadline_ts)
 
     async def retire(
         self,
@@ -207,23 +218,17 @@ class GymCheckpointAdapter:
         deadline_ts: float,
     ) -> None:
         scope = as_episodes(episodes)
-        _LIFECYCLE.check(self._machine, "retire")
-        with self._unavailable("retire"):
-            await self._coordination.retire(
-                self.participants, checkpoint_id, scope, deadline_ts=deadline_ts
-            )
-        self._fire("retire", checkpoint_id)
+        await self._step(
+            "retire", self._coordination.retire, checkpoint_id, scope, deadline_ts=deadline_ts
+        )
 
     async def forget(
         self, checkpoint_id: str, rollout_ids: Iterable[str], *, deadline_ts: float
     ) -> None:
         ids = tuple(rollout_ids)
-        _LIFECYCLE.check(self._machine, "forget")
-        with self._unavailable("forget"):
-            await self._coordination.forget(
-                self.participants, checkpoint_id, ids, deadline_ts=deadline_ts
-            )
-        self._fire("forget", checkpoint_id)
+        await self._step(
+            "forget", self._coordination.forget, checkpoint_id, ids, deadline_ts=deadline_ts
+        )
 
     async def commit(
         self,
@@ -349,12 +354,9 @@ class GymCheckpointAdapter:
     async def resume(self, checkpoint_id: str, *, deadline_ts: float) -> None:
         """Reopen every participant (also aborts). On failure the state stays, so
         resume can be retried; an unreachable participant resumes at lease expiry."""
-        _LIFECYCLE.check(self._machine, "resume")
-        with self._unavailable("resume"):
-            await self._coordination.resume(
-                self.participants, checkpoint_id, deadline_ts=deadline_ts
-            )
-        self._fire("resume", checkpoint_id)
+        await self._step(
+            "resume", self._coordination.resume, checkpoint_id, deadline_ts=deadline_ts
+        )
 
 
 def _transport_for(client: Any, token: str, **options: Any) -> Any:

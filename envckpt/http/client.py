@@ -99,14 +99,16 @@ NEMO_GYM_SERVER_TYPES: tuple[str, ...] = (
 )
 
 
-def _base_url(server: str, url: str) -> str:
+def checked_base_url(url: object, what: str) -> str:
+    """``url`` without its trailing slashes; ValueError (naming ``what``) unless it is an
+    http(s) URL with a host and no query or fragment."""
     if not isinstance(url, str):
-        raise ValueError(f"server {server!r}: base URL must be a string, got {url!r}")
+        raise ValueError(f"{what} must be a string, got {url!r}")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"server {server!r}: {url!r} is not an http(s) base URL")
+        raise ValueError(f"{what} {url!r} is not an http(s) URL")
     if parts.query or parts.fragment:
-        raise ValueError(f"server {server!r}: base URL {url!r} has a query or fragment")
+        raise ValueError(f"{what} {url!r} has a query or fragment")
     return url.rstrip("/")
 
 
@@ -192,7 +194,10 @@ class HttpTransport(AsyncCloseable):
                 "trust_env=True is not supported: control calls go straight to the "
                 "servers, never through a proxy"
             )
-        self._servers = {str(name): _base_url(name, url) for name, url in servers.items()}
+        self._servers = {
+            str(name): checked_base_url(url, f"server {name!r}: base URL")
+            for name, url in servers.items()
+        }
         # Per server: where to connect, the path before the route, the headers
         # (made once: a call adds only its Content-Length).
         authorization = b"Bearer " + token.encode()

@@ -37,7 +37,12 @@ from envckpt.nemo_gym.run_state import (
     RunState,
     task_of,
 )
-from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
+from envckpt.participant.agent_steps import (
+    cancel_and_wait,
+    run_own_task,
+    step_until_done,
+    wait_until_open,
+)
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import HookDefaults
 
@@ -191,11 +196,7 @@ class AgentRuntime(HookDefaults):
 
     async def shutdown(self) -> None:
         """Stop every running ``/run`` as if the process died."""
-        work = list(self._tasks.values())
-        for task in work:
-            task.cancel()
-        if work:
-            await asyncio.wait(work)
+        await cancel_and_wait(self._tasks.values())
 
     # --------------------------------------------------------- state hooks
 
@@ -236,11 +237,7 @@ class AgentRuntime(HookDefaults):
             self._runs[episode] = run
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [task for e, task in self._tasks.items() if retired_by(e, episodes)]
-        for task in doomed:
-            task.cancel()
-        if doomed:
-            await asyncio.wait(doomed)
+        await cancel_and_wait(task for e, task in self._tasks.items() if retired_by(e, episodes))
         for held in [e for e in self._runs if retired_by(e, episodes)]:
             del self._runs[held]
 

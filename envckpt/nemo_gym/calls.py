@@ -16,6 +16,7 @@ closed model parks the run); any other error reply raises as upstream does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from envckpt.episodes import EnvironmentEpisode
@@ -40,23 +41,15 @@ def response_cookies(response: Any) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EpisodeCalls:
     """Calls of one episode from one agent server."""
 
-    def __init__(
-        self,
-        *,
-        server: Any,
-        episode: EnvironmentEpisode,
-        model_server: str,
-        resources_server: str | None,
-        token_capture: bool,
-    ) -> None:
-        self.server = server
-        self.episode = episode
-        self.model_server = model_server
-        self.resources_server = resources_server
-        self.token_capture = token_capture
+    server: Any
+    episode: EnvironmentEpisode
+    model_server: str
+    resources_server: str | None
+    token_capture: bool
 
     @classmethod
     def for_agent(cls, server: Any, episode: EnvironmentEpisode) -> EpisodeCalls:

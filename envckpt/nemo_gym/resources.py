@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -241,20 +241,18 @@ class SessionGate:
             await envelope_response(error)(scope, receive, send)
 
 
+@dataclass(slots=True, eq=False)
 class _Exchange:
     """One admitted request: records its body, stamps and audits its reply."""
 
-    def __init__(
-        self, participant: SessionParticipant, episode: EnvironmentEpisode, route: str, scope: Any
-    ) -> None:
-        self.participant = participant
-        self.episode = episode
-        self.route = route
-        self.scope = scope
-        self.started = False
-        self.status = 0
-        self.request = bytearray()
-        self.reply = bytearray()
+    participant: SessionParticipant
+    episode: EnvironmentEpisode
+    route: str
+    scope: Any
+    started: bool = False
+    status: int = 0
+    request: bytearray = field(default_factory=bytearray)
+    reply: bytearray = field(default_factory=bytearray)
 
     def session_id(self) -> str | None:
         from nemo_gym.server_utils import SESSION_ID_KEY

@@ -9,6 +9,8 @@ Both agents (the simulated one, ``sim.kinds.agent``, and nemo-gym's,
     result = await step_until_done(step, park=park, on_refused_call=count)
     # and park waits:
     await wait_until_open(core, first_seconds=0.02, max_seconds=0.25)
+    # and retire (or shutdown) ends the runs it names:
+    await cancel_and_wait(tasks_of_the_retired_runs)
 
 A step refused because admission closed (a checkpoint is being taken) parks
 until the server is open again, then the same step runs again: a step ends at
@@ -18,7 +20,7 @@ a boundary, so nothing of it was kept.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, MutableMapping
 from typing import Any, TypeVar
 
 from envckpt.episodes import EnvironmentEpisode
@@ -100,3 +102,17 @@ async def wait_until_open(
         await core.expire_if_due()
         if core.phase is Phase.IDLE:
             return
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Cancel every one of ``tasks`` and return once all of them have ended.
+
+    Cancellation lands at each run's next await, so this is quick. ``tasks`` is
+    read in full before the first cancel (it may be a view of the runs a task
+    removes itself from as it ends).
+    """
+    doomed = list(tasks)
+    for task in doomed:
+        task.cancel()
+    if doomed:
+        await asyncio.wait(doomed)

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from envckpt.machines.binding import TransitionRecord
 from envckpt.machines.tables import ALL_TABLES
-from envckpt.report.transition_logs import TransitionEvent
 from envckpt.statecharts.overlay import NoTransitions, coverage, overlay
 from envckpt.statecharts.renderer import RendererMissing, RenderFailed, render_svgs
 
@@ -39,20 +38,8 @@ class DrawnCharts:
     notice: str = ""
 
 
-def draw_statecharts(events: Sequence[TransitionEvent]) -> DrawnCharts:
-    """Render every machine's chart with the counts of ``events``."""
-    records = [
-        TransitionRecord(
-            machine=e.machine,
-            instance_id=e.instance_id,
-            trigger=e.trigger,
-            source=e.source,
-            dest=e.dest,
-            checkpoint_id=e.checkpoint_id,
-            elapsed=e.elapsed,
-        )
-        for e in events
-    ]
+def draw_statecharts(records: Sequence[TransitionRecord]) -> DrawnCharts:
+    """Render every machine's chart with the counts of ``records``."""
     charts: dict[str, str] = {}
     counts: dict[str, int] = {}
     for table in ALL_TABLES:

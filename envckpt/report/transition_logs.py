@@ -13,25 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from envckpt.machines.binding import TransitionRecord
 
 FIELDS = ("machine", "instance_id", "trigger", "source", "dest")
 # Where the demo (and the nemo-gym job) write their JSON-lines logs.
 PATTERNS = ("trainer-*.log", "run/*.jsonl")
-
-
-@dataclass(frozen=True, slots=True)
-class TransitionEvent:
-    """One fired transition of one machine."""
-
-    machine: str
-    instance_id: str
-    trigger: str
-    source: str
-    dest: str
-    checkpoint_id: str | None = None
-    elapsed: float = 0.0
 
 
 def find_logs(root: Path) -> list[Path]:
@@ -39,13 +27,13 @@ def find_logs(root: Path) -> list[Path]:
     return sorted({path for pattern in PATTERNS for path in root.glob(pattern) if path.is_file()})
 
 
-def read_transitions(paths: Iterable[Path]) -> tuple[list[TransitionEvent], list[str]]:
+def read_transitions(paths: Iterable[Path]) -> tuple[list[TransitionRecord], list[str]]:
     """Every transition event of ``paths``; lines that are not JSON objects are problems.
 
     Lines that are JSON but another event are skipped silently: a log holds
     much besides transitions.
     """
-    events: list[TransitionEvent] = []
+    events: list[TransitionRecord] = []
     problems: list[str] = []
     for path in paths:
         try:
@@ -59,7 +47,7 @@ def read_transitions(paths: Iterable[Path]) -> tuple[list[TransitionEvent], list
     return events, problems
 
 
-def _read(line: str, events: list[TransitionEvent]) -> bool:
+def _read(line: str, events: list[TransitionRecord]) -> bool:
     """Add ``line``'s transition to ``events``; False if the line is damaged."""
     if not line.strip():
         return True
@@ -76,7 +64,7 @@ def _read(line: str, events: list[TransitionEvent]) -> bool:
     checkpoint_id = entry.get("checkpoint_id")
     elapsed = entry.get("elapsed")
     events.append(
-        TransitionEvent(
+        TransitionRecord(
             machine=entry["machine"],
             instance_id=entry["instance_id"],
             trigger=entry["trigger"],

@@ -24,10 +24,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import error_from_reply
+from envckpt.http.client import checked_base_url
 from envckpt.http.closing import AsyncCloseable
 from envckpt.http.connections import BadReply, ConnectFailed, ServerDisconnected
 from envckpt.http.json_client import JsonClient
@@ -54,17 +54,6 @@ class DataPlaneUnavailable(ConnectionError):
 
     def __reduce__(self) -> tuple[type[DataPlaneUnavailable], tuple[str, str]]:
         return (type(self), (self.url, self.reason))
-
-
-def _checked_url(url: str, what: str) -> str:
-    if not isinstance(url, str):
-        raise ValueError(f"{what} must be a string, got {url!r}")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{what} {url!r} is not an http(s) URL")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{what} {url!r} has a query or fragment")
-    return url.rstrip("/")
 
 
 class _JsonPoster(AsyncCloseable):
@@ -117,7 +106,7 @@ class _ServerClient(_JsonPoster):
     def __init__(
         self, base_url: str, *, timeout: float = DEFAULT_CALL_TIMEOUT, **options: Any
     ) -> None:
-        self.base_url = _checked_url(base_url, "base URL")
+        self.base_url = checked_base_url(base_url, "base URL")
         super().__init__(timeout=timeout, **options)
 
     def __repr__(self) -> str:
@@ -180,7 +169,7 @@ class HttpStagingSink(_JsonPoster):
     ) -> None:
         if not isinstance(token, str) or not token:
             raise ValueError("HttpStagingSink needs a non-empty bearer token")
-        self.url = _checked_url(url, "rows URL")
+        self.url = checked_base_url(url, "rows URL")
         super().__init__(timeout=timeout, headers={"Authorization": f"Bearer {token}"}, **options)
 
     def __repr__(self) -> str:  # the token stays out of reprs and logs

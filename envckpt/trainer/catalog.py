@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from envckpt.errors import CorruptCheckpoint
@@ -125,18 +125,16 @@ class SnapshotCatalog:
         for name, problem in self.layout.refused_entries():
             path = self.layout.refused / name
             found = read_entry(path)
+            # The entry as read, placed under ``refused/`` with the restore's
+            # reason; its manifest objects are not carried over.
             entries.append(
-                SnapshotEntry(
-                    checkpoint_id=found.checkpoint_id,
+                replace(
+                    found,
                     path=path,
                     status=REFUSED,
                     problem=problem or found.problem,
-                    created_at=found.created_at,
-                    step=found.step,
-                    policy_version=found.policy_version,
-                    size=found.size,
-                    files=found.files,
-                    instances=found.instances,
+                    manifest=None,
+                    gym_manifest=None,
                 )
             )
         return entries

@@ -37,8 +37,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
+from envckpt.closing import Closeable
 from envckpt.errors import CorruptCheckpoint
 from envckpt.fsutil import fsync_dir
 from envckpt.interfaces import MutationCut
@@ -70,7 +70,7 @@ class StagingRow:
     payload: bytes
 
 
-class SqliteDataPlane:
+class SqliteDataPlane(Closeable):
     """Staging rows in a SQLite file in WAL mode; writes take a barrier cut."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -125,17 +125,6 @@ class SqliteDataPlane:
 
     def close(self) -> None:
         self._conn.close()
-
-    def __enter__(self) -> SqliteDataPlane:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ---- reads -------------------------------------------------------------
 

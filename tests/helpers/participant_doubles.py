@@ -198,7 +198,7 @@ class Sent:
     route: str
     body: Mapping[str, Any] | None
     timeout: float
-    connect_tries: int
+    connect_tries: int = 1
     authorization: str | None = None
 
 
@@ -209,18 +209,11 @@ class TransportDouble:
         raise NotImplementedError
 
     async def request(
-        self,
-        server: str,
-        method: str,
-        route: str,
-        body: Mapping[str, Any] | None,
-        *,
-        timeout: float,
-        connect_tries: int = 1,
-        authorization: str | None = None,
+        self, server: str, method: str, route: str, body: Mapping[str, Any] | None, **options: Any
     ) -> ControlReply:
-        sent = Sent(server, method, route, body, timeout, connect_tries, authorization)
-        return await self.answer(sent)
+        # ``Sent`` holds the keyword options (timeout, connect_tries, authorization) and
+        # refuses any other, as the transport's signature does.
+        return await self.answer(Sent(server, method, route, body, **options))
 
     async def answer(self, sent: Sent) -> ControlReply:
         raise NotImplementedError

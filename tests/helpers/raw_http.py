@@ -25,7 +25,8 @@ import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
+
+from envckpt.closing import Closeable
 
 # Between polls of the listening socket for the stop flag.
 _POLL_SECONDS = 0.05
@@ -53,7 +54,7 @@ def ok(body: bytes = b"{}", extra: bytes = b"") -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
 
 
-class RawHttpServer:
+class RawHttpServer(Closeable):
     """Serves ``scripts[n]`` on the n-th connection it accepts (see module docstring)."""
 
     def __init__(self, scripts: Sequence[Sequence[Step]], *, close_after: bool = False) -> None:
@@ -81,15 +82,7 @@ class RawHttpServer:
         self._acceptor.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def stop(self) -> None:
+    def close(self) -> None:
         """Close the listener and every connection; wait for the threads."""
         self._stopping.set()
         self._acceptor.join()
@@ -140,10 +133,10 @@ class RawHttpServer:
                         sock.sendall(step.data)
                 self.script_done[index].set()
                 if not self._close_after:
-                    while sock.recv(65536):  # until the client closes (or stop())
+                    while sock.recv(65536):  # until the client hangs up (or the server closes)
                         pass
             except OSError:
-                pass  # reset by the client, or stop(): the test checks what it saw
+                pass  # reset by the client, or close(): the test checks what it saw
 
 
 class _RequestReader:

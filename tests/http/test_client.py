@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,7 +23,12 @@ from envckpt.coordination.transport import TransportFailure
 from envckpt.coordination.types import Member, Participants
 from envckpt.errors import CoordinationError
 from envckpt.http import client as client_module
-from envckpt.http.client import HttpTransport, encode_body, nemo_gym_server_urls
+from envckpt.http.client import (
+    HttpTransport,
+    checked_base_url,
+    encode_body,
+    nemo_gym_server_urls,
+)
 from envckpt.http.serve import serve, serve_in_thread
 
 from helpers.http_deployment import (
@@ -51,6 +57,19 @@ def closed_port() -> Iterator[str]:
 
 
 @asynccontextmanager
+async def tcp_server(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """``handle`` serving each connection on an ephemeral port of 127.0.0.1: its base URL."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@asynccontextmanager
 async def dropping_server() -> AsyncIterator[tuple[str, list[int]]]:
     """A TCP server that reads a request and hangs up without replying; counts connections."""
     accepted: list[int] = []
@@ -60,13 +79,8 @@ async def dropping_server() -> AsyncIterator[tuple[str, list[int]]]:
         await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", accepted
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with tcp_server(handle) as url:
+        yield url, accepted
 
 
 @asynccontextmanager
@@ -96,13 +110,8 @@ async def stale_keepalive_server() -> AsyncIterator[tuple[str, list[str]]]:
         log.append("hang up")
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with tcp_server(handle) as url:
+        yield url, log
 
 
 @asynccontextmanager
@@ -462,6 +471,21 @@ async def test_transport_refuses_bad_arguments() -> None:
             await transport.request("b", "GET", "status", None, timeout=1.0)
         with pytest.raises(ValueError, match="unknown control route"):
             await transport.request("a", "POST", "explode", {}, timeout=1.0)
+
+
+def test_a_base_url_is_checked_and_named_by_what_it_is_for() -> None:
+    """A string http(s) URL with a host loses its trailing slashes; anything else is a
+    ValueError that starts with what the URL was for."""
+    assert checked_base_url("https://h:1/v1//", "rows URL") == "https://h:1/v1"
+    for url, problem in (
+        (None, "must be a string"),
+        ("h:1", "is not an http(s) URL"),
+        ("https:///v1", "is not an http(s) URL"),
+        ("http://h/?a=1", "has a query or fragment"),
+        ("http://h/#top", "has a query or fragment"),
+    ):
+        with pytest.raises(ValueError, match=rf"^rows URL .*{re.escape(problem)}"):
+            checked_base_url(url, "rows URL")
 
 
 def test_from_nemo_gym_config_parses_a_realistic_config() -> None:

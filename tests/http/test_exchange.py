@@ -44,6 +44,16 @@ async def closed(wire: Wire) -> None:
     await wire.wait_closed()
 
 
+async def get_once(reply: bytes) -> tuple[HttpResponse, bool]:
+    """``get`` on a new Wire to a server that answers ``reply``, closed after."""
+    with RawHttpServer([[reply]]) as server:
+        wire = await wire_to(server)
+        try:
+            return await get(wire)
+        finally:
+            await closed(wire)
+
+
 def test_a_request_is_written_whole_by_h11() -> None:
     """Head and body in one piece, with the length added; h11 is then done with its side."""
     connection = h11.Connection(h11.CLIENT)
@@ -135,10 +145,7 @@ async def test_nodelay_is_set() -> None:
 async def test_headers_are_lower_cased_and_repeats_joined() -> None:
     """Header names come back lower-cased; a repeated header is one value joined by ', '."""
     reply = ok(extra=b"X-Tag: a\r\nx-tag: b\r\nServer: raw\r\n")
-    with RawHttpServer([[reply]]) as server:
-        wire = await wire_to(server)
-        response, _ = await get(wire)
-        await closed(wire)
+    response, _ = await get_once(reply)
     assert response.headers["x-tag"] == "a, b"
     assert response.headers["server"] == "raw"
 
@@ -155,10 +162,7 @@ async def test_headers_are_lower_cased_and_repeats_joined() -> None:
 )
 async def test_an_exchange_that_did_not_end_cleanly_is_not_reusable(reply: bytes) -> None:
     """Connection: close, HTTP/1.0 or any byte past the reply: the wire is not reused."""
-    with RawHttpServer([[reply]]) as server:
-        wire = await wire_to(server)
-        response, reusable = await get(wire)
-        await closed(wire)
+    response, reusable = await get_once(reply)
     assert (response.body, reusable) == (b"{}", False)
 
 
@@ -271,10 +275,7 @@ async def test_connecting_to_a_closed_port_is_an_os_error() -> None:
 async def test_fields_keep_repeated_headers_apart() -> None:
     """What a proxy passes on: two Set-Cookie headers stay two pairs, in order."""
     reply = ok(extra=b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\n")
-    with RawHttpServer([[reply]]) as server:
-        wire = await wire_to(server)
-        response, _ = await get(wire)
-        await closed(wire)
+    response, _ = await get_once(reply)
     assert [pair for pair in response.fields if pair[0] == b"set-cookie"] == [
         (b"set-cookie", b"a=1"),
         (b"set-cookie", b"b=2"),

@@ -9,7 +9,12 @@ import pytest
 from envckpt.clock import SystemClock
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import ParticipantError
-from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
+from envckpt.participant.agent_steps import (
+    cancel_and_wait,
+    run_own_task,
+    step_until_done,
+    wait_until_open,
+)
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.fence import AttemptFence
 from envckpt.participant.hooks import NoState
@@ -89,3 +94,28 @@ async def test_waiting_ends_once_the_core_is_idle_again() -> None:
     assert not waiting.done()
     await core.resume("c1", deadline_ts=core.clock.now() + 30)
     await asyncio.wait_for(waiting, 5)
+
+
+async def test_cancel_and_wait_ends_every_run_even_those_that_remove_themselves() -> None:
+    """Runs held in a dict they leave as they end: each is cancelled, all have ended on
+    return (a cleanup awaited in one of them finished too), and no run is left out."""
+    running: dict[EnvironmentEpisode, asyncio.Task[None]] = {}
+    cleaned: list[EnvironmentEpisode] = []
+
+    async def run(episode: EnvironmentEpisode) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0)  # a cleanup that itself awaits
+            cleaned.append(episode)
+            del running[episode]
+
+    episodes = [EnvironmentEpisode(f"r{n}", 0) for n in range(3)]
+    for episode in episodes:
+        running[episode] = asyncio.create_task(run(episode))
+    tasks = list(running.values())
+    await asyncio.sleep(0)
+    await cancel_and_wait(running.values())
+    assert all(task.cancelled() for task in tasks)
+    assert sorted(cleaned) == episodes and running == {}
+    await cancel_and_wait([])  # nothing to end: returns at once

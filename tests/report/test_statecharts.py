@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from envckpt.machines.binding import TransitionRecord
 from envckpt.machines.tables import ALL_TABLES
 from envckpt.report.statecharts import draw_statecharts
-from envckpt.report.transition_logs import TransitionEvent
 from envckpt.statecharts.charts import TIMES
 from envckpt.statecharts.renderer import RendererMissing, find_renderer
 
 EVENTS = [
-    TransitionEvent("snapshot_session", "c1", "prepare", "opened", "prepared"),
-    TransitionEvent("snapshot_session", "c1", "commit", "prepared", "committed"),
+    TransitionRecord("snapshot_session", "c1", "prepare", "opened", "prepared", None, 0.0),
+    TransitionRecord("snapshot_session", "c1", "commit", "prepared", "committed", None, 0.0),
 ]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envckpt.report.transition_logs import TransitionEvent, find_logs, read_transitions
+from envckpt.machines.binding import TransitionRecord
+from envckpt.report.transition_logs import find_logs, read_transitions
 
 
 def line(**fields: object) -> str:
@@ -27,7 +28,7 @@ def test_transitions_are_read_and_other_events_skipped(tmp_path: Path) -> None:
     assert find_logs(tmp_path) == [second, first]
     events, problems = read_transitions(find_logs(tmp_path))
     assert problems == []
-    assert TransitionEvent("m", "i", "t", "a", "b", None, 0.5) in events and len(events) == 2
+    assert TransitionRecord("m", "i", "t", "a", "b", None, 0.5) in events and len(events) == 2
 
 
 def test_a_cut_line_and_a_transition_without_its_fields_are_named(tmp_path: Path) -> None:

@@ -63,6 +63,8 @@ def _thaw(value: Any) -> Any:
 
 # The extras of a manifest that has none: shared, read-only.
 _NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
+# The seven standard fields in one fixed order (the file sorts its keys anyway).
+_STANDARD_ORDER = tuple(sorted(STANDARD_FIELDS))
 
 
 def canonical_extras(extras: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -124,15 +126,7 @@ class Manifest:
     def to_json(self) -> dict[str, Any]:
         """The manifest as plain JSON types, extras merged in."""
         body: dict[str, Any] = _thaw(self.extras) if self.extras else {}
-        body.update(
-            schema_version=self.schema_version,
-            kind=self.kind,
-            instance=self.instance,
-            checkpoint_id=self.checkpoint_id,
-            records_file=self.records_file,
-            records_sha256=self.records_sha256,
-            record_count=self.record_count,
-        )
+        body.update((name, getattr(self, name)) for name in _STANDARD_ORDER)
         return body
 
 

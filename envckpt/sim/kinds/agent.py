@@ -26,12 +26,17 @@ import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from envckpt.clock import Clock
 from envckpt.episodes import EnvironmentEpisode, capture_keys, retired_by
 from envckpt.errors import ParticipantError
-from envckpt.participant.agent_steps import run_own_task, step_until_done, wait_until_open
+from envckpt.participant.agent_steps import (
+    cancel_and_wait,
+    run_own_task,
+    step_until_done,
+    wait_until_open,
+)
 from envckpt.participant.core import ParticipantCore
 from envckpt.participant.hooks import SessionHooks
 from envckpt.sim.kinds.common import (
@@ -77,30 +82,35 @@ def _through_json(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
-class InProcessModelClient:
-    """``ModelClient`` calling a model server object directly, bodies copied as JSON."""
+class _Finishing(Protocol):
+    async def finish(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
-    def __init__(self, server: ModelClient) -> None:
+
+ServerT = TypeVar("ServerT", bound=_Finishing)
+
+
+class _InProcessClient(Generic[ServerT]):
+    """A server object called directly, bodies copied as JSON both ways."""
+
+    def __init__(self, server: ServerT) -> None:
         self._server = server
+
+    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _through_json(await self._server.finish(_through_json(request)))
+
+
+class InProcessModelClient(_InProcessClient[ModelClient]):
+    """``ModelClient`` calling a model server object directly, bodies copied as JSON."""
 
     async def generate(self, request: dict[str, Any]) -> dict[str, Any]:
         return _through_json(await self._server.generate(_through_json(request)))
 
-    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _through_json(await self._server.finish(_through_json(request)))
 
-
-class InProcessToolClient:
+class InProcessToolClient(_InProcessClient[ToolClient]):
     """``ToolClient`` calling a tool server object directly, bodies copied as JSON."""
-
-    def __init__(self, server: ToolClient) -> None:
-        self._server = server
 
     async def call(self, request: dict[str, Any]) -> dict[str, Any]:
         return _through_json(await self._server.call(_through_json(request)))
-
-    async def finish(self, request: dict[str, Any]) -> dict[str, Any]:
-        return _through_json(await self._server.finish(_through_json(request)))
 
 
 def opening_line(prompt: str) -> str:
@@ -287,11 +297,7 @@ class AgentServer(SessionHooks[AgentSession]):
 
     async def shutdown(self) -> None:
         """Stop every running ``run`` as if the process died (their callers see cancellation)."""
-        work = list(self._runs.values())
-        for task in work:
-            task.cancel()
-        if work:
-            await asyncio.wait(work)
+        await cancel_and_wait(self._runs.values())
 
     # ------------------------------------------------------------ inspection
 
@@ -322,12 +328,7 @@ class AgentServer(SessionHooks[AgentSession]):
         return {"run_episode_ids": capture_keys(exported)}
 
     async def retire(self, episodes: tuple[EnvironmentEpisode, ...]) -> None:
-        doomed = [task for e, task in self._runs.items() if retired_by(e, episodes)]
-        for task in doomed:
-            task.cancel()
-        if doomed:
-            # Cancellation lands at the run's next await, so this is quick.
-            await asyncio.wait(doomed)
+        await cancel_and_wait(task for e, task in self._runs.items() if retired_by(e, episodes))
         await super().retire(episodes)
 
 

@@ -30,6 +30,15 @@ async def call(workers: Workers, via: int, route: str, **fields: Any) -> tuple[i
     return await workers[via].group.dispatch(method, route, sent)
 
 
+async def refused_commit(workers: Workers, target: Path) -> str:
+    """Commit ``c1`` to ``target`` through worker 1, which the group refuses: the detail."""
+    status, reply = await call(
+        workers, 1, "commit", checkpoint_id="c1", checkpoint_dir=str(target), episode_ids=None
+    )
+    assert status == 409, reply
+    return str(reply["error"]["detail"])
+
+
 async def hold(workers: Workers, rollout_id: str) -> Ep:
     """One tool call of ``rollout_id`` (sent to worker 0): its owner then holds a session."""
     episode = Ep(rollout_id, 0)
@@ -114,21 +123,17 @@ async def test_a_gone_worker_blocks_prepare_and_commit_but_not_cleanup(tmp_path:
     async with Workers(tmp_path, count=3) as workers:
         dead, registration = await workers.kill(2)
         pid = os.getpid()
-        status, reply = await call(workers, 0, "prepare", checkpoint_id="c1")
+        _, reply = await call(workers, 0, "prepare", checkpoint_id="c1")
         assert reply["phase"] == "preparing" and reply["report"]["ready"] is False
         assert f"worker-2:lost:pid-{pid}" in reply["report"]["blockers"]
-        status, reply = await call(
-            workers, 1, "commit", checkpoint_id="c1", checkpoint_dir=str(tmp_path / "x"),
-            episode_ids=None,
-        )  # fmt: skip
-        assert status == 409 and "worker-2:lost" in reply["error"]["detail"]
+        assert "worker-2:lost" in await refused_commit(workers, tmp_path / "x")
         assert not (tmp_path / "x").exists()
         assert (await call(workers, 1, "resume", checkpoint_id="c1"))[0] == 200
         retire = {"checkpoint_id": "c2", "episode_ids": [{"rollout_id": "z", "attempt": 0}]}
         assert (await call(workers, 0, "retire", **retire))[0] == 200
         assert dead.tool.core.phase == "idle"
         WorkerDirectory(workers.path).unregister(registration)
-        status, reply = await call(workers, 0, "status")
+        _, reply = await call(workers, 0, "status")
         assert "worker-2:unregistered" in reply["report"]["blockers"] and reply["workers"] == 2
 
 
@@ -149,11 +154,7 @@ async def test_a_worker_that_joins_an_open_checkpoint_closes_and_blocks_it(
         assert joined.tool.core.fence.mark("gone") == 3
         status, reply = await call(workers, 0, "prepare", checkpoint_id="c1")
         assert f"worker-1:restarted:pid-{os.getpid()}" in reply["report"]["blockers"]
-        status, reply = await call(
-            workers, 1, "commit", checkpoint_id="c1", checkpoint_dir=str(tmp_path / "y"),
-            episode_ids=None,
-        )  # fmt: skip
-        assert status == 409 and "restarted" in reply["error"]["detail"]
+        assert "restarted" in await refused_commit(workers, tmp_path / "y")
         assert (await call(workers, 1, "resume", checkpoint_id="c1"))[0] == 200
         status, reply = await call(workers, 1, "prepare", checkpoint_id="c2")
         assert reply["phase"] == "prepared", reply

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,13 +14,6 @@ from envckpt.http.workers.slots import WORKER_DIR_ENV, WORKERS_ENV
 from envckpt.sim.kinds.resources import ToolServer
 
 TOKEN = "mount-token-0123456789"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="em-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def status(url: str) -> dict[str, object]:

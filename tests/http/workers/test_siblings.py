@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from fastapi import FastAPI, Request
 
 from envckpt.http.serve import serve_unix
@@ -18,13 +14,6 @@ from envckpt.http.workers.siblings import FAILED, INTERNAL_SCOPE_KEY, Siblings, 
 from envckpt.http.workers.slots import Registration
 
 TOKEN = "sibling-token-0123456789"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="es-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def private(calls: list[tuple[Any, ...]]) -> Any:
