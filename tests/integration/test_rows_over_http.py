@@ -10,8 +10,9 @@ coverage counts each row fired here as exercised over HTTP:
   ``restored`` rows are ``test_rows_in_each_transport.py``'s, run over HTTP
   too);
 * participant phases: ``restored`` --expire--> (a restored lease runs out);
+* instance lifecycle: ``prepared`` --fail--> (one instance's commit fails);
 * snapshot session: ``committed`` --resume--> (a snapshot left without
-  checking the cut).
+  checking the cut), ``prepared`` --abort--> (a commit failed).
 """
 
 from __future__ import annotations
@@ -118,3 +119,37 @@ async def test_a_snapshot_left_without_checking_the_cut_resumes_from_committed(
     ]
     assert world.all_idle()
     assert (tmp_path / "snap" / MANIFEST_NAME).is_file()
+
+
+async def test_a_commit_failing_on_one_instance_aborts_the_prepared_snapshot(
+    tmp_path: Path,
+) -> None:
+    """prepared --fail (one instance's commit fails) and the snapshot aborts from prepared."""
+    clock = FakeClock()
+    world = FacadeWorld(
+        clock=clock,
+        deployments={A: Deployment(clock=clock, http=True), B: Deployment(clock=clock, http=True)},
+    )
+    await world.start(A, E1)
+    world.deployments[B].faults.add("error", server="tools", route="commit")
+    with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as failed:
+        async with world.facade.snapshot(tmp_path / "snap"):
+            pass
+    assert "tools" in str(failed.value)
+    # The two instances commit concurrently: their rows interleave in either order.
+    assert sorted(fired(logs, "instance_lifecycle")) == sorted(
+        [
+            *[("undiscovered", "discover", "discovered")] * 2,
+            *[("discovered", "prepare", "prepared")] * 2,
+            ("prepared", "commit", "committed"),
+            ("committed", "resume", "resumed"),
+            ("prepared", "fail", "failed"),
+            ("failed", "resume", "resumed"),
+        ]
+    )
+    assert fired(logs, "snapshot_session") == [
+        ("opened", "prepare", "prepared"),
+        ("prepared", "abort", "aborted"),
+    ]
+    assert world.all_idle()
+    assert not (tmp_path / "snap" / MANIFEST_NAME).exists()
