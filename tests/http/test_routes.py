@@ -494,54 +494,22 @@ def _invalid_bodies() -> list[tuple[str, str, bytes]]:
         dump("commit", "int checkpoint_dir", **good, checkpoint_dir=5),
         dump("commit", "empty checkpoint_dir", **good, checkpoint_dir=""),
         dump("commit", "episode_ids not a list", **good, checkpoint_dir="/x", episode_ids="task-1"),
-        dump(
-            "commit",
-            "episode missing attempt",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{"rollout_id": "r"}],
-        ),
-        dump(
-            "commit",
-            "episode extra key",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{**ep0, "turn": 1}],
-        ),
-        dump(
-            "commit",
-            "string attempt",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{**ep0, "attempt": "0"}],
-        ),
-        dump(
-            "commit",
-            "negative attempt",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{**ep0, "attempt": -1}],
-        ),
-        dump(
-            "commit",
-            "float attempt",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{**ep0, "attempt": 1.5}],
-        ),
-        dump(
-            "commit",
-            "bool attempt",
-            **good,
-            checkpoint_dir="/x",
-            episode_ids=[{**ep0, "attempt": True}],
-        ),
         dump("commit", "string stop", **good, checkpoint_dir="/x", episode_ids=None, stop="yes"),
         dump("restore", "restore without scope", **good, checkpoint_dir="/x"),
         dump("retire", "empty retire", **good, episode_ids=[]),
         dump("forget", "empty forget", **good, rollout_ids=[]),
         dump("forget", "int rollout id", **good, rollout_ids=[5]),
     ]
+    bad_episodes = {
+        "episode missing attempt": {"rollout_id": "r"},
+        "episode extra key": {**ep0, "turn": 1},
+        "string attempt": {**ep0, "attempt": "0"},
+        "negative attempt": {**ep0, "attempt": -1},
+        "float attempt": {**ep0, "attempt": 1.5},
+        "bool attempt": {**ep0, "attempt": True},
+    }
+    for label, episode in bad_episodes.items():
+        cases.append(dump("commit", label, **good, checkpoint_dir="/x", episode_ids=[episode]))
     for bad_id in ("../x", "a/b", "", ".hidden", "-x", "x" * 129, "a b", "é"):
         cases.append(
             dump("prepare", f"checkpoint id {bad_id!r}", checkpoint_id=bad_id, deadline_ts=now)

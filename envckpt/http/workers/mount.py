@@ -56,24 +56,22 @@ def mount_worker_participant(
         path, count = WorkerDirectory.from_environment()
         directory = path if directory is None else directory
         expected = count if expected is None else expected
-    if expected == 1:
-        mount_participant(
-            app,
-            core,
-            token=token,
-            checkpoint_root=checkpoint_root,
-            lease_check_seconds=lease_check_seconds,
-        )
-        return None
-    group = WorkerGroup(core, token=token, directory=WorkerDirectory(directory), expected=expected)
+    # One worker has no siblings: no group, the core's own edge answers.
+    group = (
+        None
+        if expected == 1
+        else WorkerGroup(core, token=token, directory=WorkerDirectory(directory), expected=expected)
+    )
     mount_participant(
         app,
         core,
         token=token,
         checkpoint_root=checkpoint_root,
         lease_check_seconds=lease_check_seconds,
-        dispatch=group.dispatch,
+        dispatch=None if group is None else group.dispatch,
     )
+    if group is None:
+        return None
     # Outermost, so a forwarded request reaches the owner exactly as it arrived.
     app.add_middleware(EpisodeAffinity, group=group, max_body_bytes=data_max_body_bytes)
     inner = app.router.lifespan_context
