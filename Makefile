@@ -16,7 +16,12 @@ EDITABLE := --config-settings editable_mode=compat
 demo: $(STAMP)
 	$(BIN)/envckpt demo --dir $(BUILD)/demo --force
 
-test: $(STAMP) lint typecheck pytest
+# The Python install and the renderer's npm install wait on the network, not on
+# each other: they run side by side, then lint and type checks beside the npm
+# install's tail, then pytest alone (it wants both cores).
+test:
+	$(MAKE) --no-print-directory -j 2 lint typecheck $(MERMAID_STAMP)
+	$(MAKE) --no-print-directory pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check envckpt tests bench examples
