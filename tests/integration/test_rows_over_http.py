@@ -99,16 +99,22 @@ async def test_a_restored_participant_whose_lease_ran_out_resumes_itself(tmp_pat
     assert adapter.state == "resumed"
 
 
-async def test_a_snapshot_left_without_checking_the_cut_resumes_from_committed(
-    tmp_path: Path,
-) -> None:
-    """The snapshot session resumes from committed when the cut is never checked."""
+async def two_instances_over_http() -> FacadeWorld:
+    """Instances A and B, each a deployment over real HTTP on one fake clock; E1 runs on A."""
     clock = FakeClock()
     world = FacadeWorld(
         clock=clock,
         deployments={A: Deployment(clock=clock, http=True), B: Deployment(clock=clock, http=True)},
     )
     await world.start(A, E1)
+    return world
+
+
+async def test_a_snapshot_left_without_checking_the_cut_resumes_from_committed(
+    tmp_path: Path,
+) -> None:
+    """The snapshot session resumes from committed when the cut is never checked."""
+    world = await two_instances_over_http()
     with capture_logs() as logs:
         async with world.facade.snapshot(tmp_path / "snap") as snap:
             assert snap is not None
@@ -125,12 +131,7 @@ async def test_a_commit_failing_on_one_instance_aborts_the_prepared_snapshot(
     tmp_path: Path,
 ) -> None:
     """prepared --fail (one instance's commit fails) and the snapshot aborts from prepared."""
-    clock = FakeClock()
-    world = FacadeWorld(
-        clock=clock,
-        deployments={A: Deployment(clock=clock, http=True), B: Deployment(clock=clock, http=True)},
-    )
-    await world.start(A, E1)
+    world = await two_instances_over_http()
     world.deployments[B].faults.add("error", server="tools", route="commit")
     with capture_logs() as logs, pytest.raises(GymCheckpointUnavailable) as failed:
         async with world.facade.snapshot(tmp_path / "snap"):
