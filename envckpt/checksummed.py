@@ -183,20 +183,13 @@ def read(
     """
     if max_bytes is not None:
         data = read_capped(path, max_bytes=max_bytes, what=what, error=error)
-        return decode(
-            data,
-            kind=kind,
-            schema_version=schema_version,
-            fields=fields,
-            path=str(path),
-            error=error,
-        )
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise error(f"{what} is missing", path=str(path)) from None
-    except OSError as exc:
-        raise error(f"{what} is unreadable: {exc}", path=str(path)) from exc
+    else:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise error(f"{what} is missing", path=str(path)) from None
+        except OSError as exc:
+            raise error(f"{what} is unreadable: {exc}", path=str(path)) from exc
     return decode(
         data, kind=kind, schema_version=schema_version, fields=fields, path=str(path), error=error
     )
