@@ -147,19 +147,18 @@ def floor_app(
             return Response(_UNAUTHORIZED, status_code=401, media_type=_JSON)
         return Response(orjson.dumps({"kind": kind, "mode": "export_restore"}), media_type=_JSON)
 
-    @app.post(f"{PREFIX}/prepare")
-    async def prepare(request: Request) -> Response:
-        if not authorized(request):
-            return Response(_UNAUTHORIZED, status_code=401, media_type=_JSON)
-        orjson.loads(await request.body())
-        return Response(_PREPARED, media_type=_JSON)
+    def fixed_reply(route: str, reply: bytes) -> None:
+        """Prepare and resume: authenticate, parse the body, answer ``reply``."""
 
-    @app.post(f"{PREFIX}/resume")
-    async def resume(request: Request) -> Response:
-        if not authorized(request):
-            return Response(_UNAUTHORIZED, status_code=401, media_type=_JSON)
-        orjson.loads(await request.body())
-        return Response(_RESUMED, media_type=_JSON)
+        @app.post(f"{PREFIX}/{route}", name=route)
+        async def answer(request: Request) -> Response:
+            if not authorized(request):
+                return Response(_UNAUTHORIZED, status_code=401, media_type=_JSON)
+            orjson.loads(await request.body())
+            return Response(reply, media_type=_JSON)
+
+    fixed_reply("prepare", _PREPARED)
+    fixed_reply("resume", _RESUMED)
 
     @app.post(f"{PREFIX}/commit")
     async def commit(request: Request) -> Response:
