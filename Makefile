@@ -44,11 +44,16 @@ $(MERMAID_STAMP): $(MERMAID)/package.json $(MERMAID)/package-lock.json
 	cd $(MERMAID) && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund
 	touch $@
 
-# make test: the long campaigns (marked slow) are left to make verify. Two
-# workers; a file's tests stay on one, and so do the files sharing a session's
-# servers (tests/helpers/shared_servers.py: loadgroup marks are lost on pytest 9.2).
+# make test: the long campaigns (marked slow) are left to make verify. Three
+# workers on two cores: about half of the suite's time is spent waiting on
+# the servers and processes it starts (448 s of test time used 235 CPU
+# seconds), so a third worker took pytest from 247 s to 202-206 s here (a
+# fourth, 190 s, leaves each worker half a core). A file's tests stay on one
+# worker, and so do the files sharing a session's servers
+# (tests/helpers/shared_servers.py: loadgroup marks are lost on pytest 9.2).
+PYTEST_WORKERS ?= 3
 pytest: $(STAMP) $(MERMAID_STAMP)
-	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q -m "not slow" -n 2 --dist loadfile $(PYTEST_ARGS)
+	ENVCKPT_REQUIRE_RENDERER=1 $(BIN)/pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

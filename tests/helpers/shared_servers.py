@@ -1,6 +1,6 @@
 """Which test files share a session's real servers, so xdist runs each group on one worker.
 
-``make test`` runs ``-n 2 --dist loadfile``: a file's tests stay on one worker, so
+``make test`` runs ``-n 3 --dist loadfile``: a file's tests stay on one worker, so
 a module-scoped server starts once. A session-scoped server (a demo run, a
 deployment) used by several files would still start once per worker that gets
 one of them; ``SharedServerScheduling`` sends those files to the same worker.
