@@ -130,6 +130,8 @@ def excluding(
 ) -> tuple[EnvironmentEpisode, ...]:
     """``episodes`` in their order, without ``excluded`` (a commit scope minus its restarts)."""
     dropped = frozenset(excluded)
+    if not dropped:  # the usual scope has no restarts: no episode is hashed
+        return tuple(episodes)
     return tuple(episode for episode in episodes if episode not in dropped)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from envckpt.episodes import EnvironmentEpisode
+from envckpt.episodes import EnvironmentEpisode, sorted_episodes
 from envckpt.errors import GymCheckpointUnavailable, ProtocolViolation
 from envckpt.interfaces import MutationCut
 
@@ -83,11 +83,13 @@ class InMemoryInventory:
         self.finish(instance_id, episode)
         self.dropped.setdefault(instance_id, set()).add(episode)
 
+    # sorted_episodes, not sorted(): the dataclass's __lt__ is a Python call per
+    # comparison, several hundred per instance and snapshot.
     def inventory(self, instance_id: str) -> tuple[EnvironmentEpisode, ...]:
-        return tuple(sorted(self.live.get(instance_id, ())))
+        return sorted_episodes(self.live.get(instance_id, ()))
 
     def dropped_attempts(self, instance_id: str) -> tuple[EnvironmentEpisode, ...]:
-        return tuple(sorted(self.dropped.get(instance_id, ())))
+        return sorted_episodes(self.dropped.get(instance_id, ()))
 
     def retired(self, instance_id: str, episodes: tuple[EnvironmentEpisode, ...]) -> None:
         self.dropped.get(instance_id, set()).difference_update(episodes)

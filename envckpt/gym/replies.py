@@ -7,6 +7,7 @@ contract, and build the picklable summaries otherwise.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from envckpt.coordination.types import Participants, call_seconds
@@ -17,7 +18,8 @@ from envckpt.gym.summaries import GymCheckpointCommitSummary
 
 def _keys(reply: Mapping[str, Any], field: str, server: str) -> set[str]:
     value = reply.get(field)
-    if not isinstance(value, list) or not all(isinstance(key, str) for key in value):
+    # map(isinstance, ...) checks each key in C: a commit lists every episode.
+    if not isinstance(value, list) or not all(map(isinstance, value, repeat(str))):
         raise ProtocolViolation(f"participant {server!r} replied without a list of {field}")
     return set(value)
 

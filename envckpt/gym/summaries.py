@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from envckpt.episodes import EnvironmentEpisode, excluding, sorted_episodes
 
@@ -42,7 +43,16 @@ def as_episode(value: object) -> EnvironmentEpisode:
 
 def as_episodes(values: Iterable[object]) -> tuple[EnvironmentEpisode, ...]:
     """Each of ``values`` through ``as_episode``, order kept."""
-    return tuple(as_episode(value) for value in values)
+    items = tuple(values)
+    if _all_ours(items):
+        return items
+    return tuple(as_episode(value) for value in items)
+
+
+def _all_ours(items: tuple[object, ...]) -> TypeGuard[tuple[EnvironmentEpisode, ...]]:
+    """Whether every item is ours already (the usual case: the coordinator's own
+    results), checked in C with no call per episode."""
+    return all(map(isinstance, items, repeat(EnvironmentEpisode)))
 
 
 class PrepareOutcome(Protocol):
@@ -84,11 +94,15 @@ class GymCheckpointCommitSummary:
         # Gym's episode objects become ours, so they hash and compare as ours do.
         object.__setattr__(self, "exported_episodes", as_episodes(self.exported_episodes))
         object.__setattr__(self, "unowned_live_episodes", as_episodes(self.unowned_live_episodes))
-        object.__setattr__(
-            self,
-            "staging_keys_by_episode",
-            {as_episode(e): tuple(keys) for e, keys in self.staging_keys_by_episode.items()},
-        )
+        by_episode = self.staging_keys_by_episode
+        if all(map(isinstance, by_episode, repeat(EnvironmentEpisode))) and all(
+            map(isinstance, by_episode.values(), repeat(tuple))
+        ):
+            # Ours already: a copy keeps the stored hashes (no call per episode).
+            by_episode = dict(by_episode)
+        else:
+            by_episode = {as_episode(e): tuple(keys) for e, keys in by_episode.items()}
+        object.__setattr__(self, "staging_keys_by_episode", by_episode)
         attributed = {key for keys in self.staging_keys_by_episode.values() for key in keys}
         committed = set(self.staging_keys)
         if attributed != committed:
