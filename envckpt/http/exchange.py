@@ -242,14 +242,20 @@ class RequestHeads:
     (a prepare body's length changes with its deadline's digits: about a third
     of a coordinator's heads came from here at 32 instances), so a pool keeps
     the events it built. h11's events are frozen, and a ``Connection``
-    only reads the one it sends. At ``size`` entries (an event is about 1 KB;
-    a coordinator's pool uses 9 per snapshot: 3 servers, 3 routes) the cache
-    starts again.
+    only reads the one it sends.
+
+    At ``size`` entries the least recently used goes. An event is about
+    800 bytes; a coordinator's pool uses 9 per snapshot (3 servers, 3 routes)
+    times the body lengths its deadlines give, some 15 to 27 heads in all. At
+    16 entries, emptied when full, that working set thrashed: 48% of the
+    heads of 60 snapshots of 8 instances were built again; at 32, none.
     """
 
     __slots__ = ("_events", "_size")
 
-    def __init__(self, size: int = 16) -> None:
+    def __init__(self, size: int = 32) -> None:
+        # A dict keeps insertion order: a hit moves its key to the end, so the
+        # first key is the least recently used.
         self._events: dict[tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...], int], h11.Request]
         self._events = {}
         self._size = size
@@ -259,12 +265,13 @@ class RequestHeads:
     ) -> h11.Request:
         """The event for these fields and body length (-1: no body); ``ValueError`` if refused."""
         key = (method, target, tuple(headers), length)
-        event = self._events.get(key)
+        events = self._events
+        event = events.pop(key, None)
         if event is None:
             event = request_head(method, target, headers, length)
-            if len(self._events) >= self._size:
-                self._events.clear()
-            self._events[key] = event
+            if len(events) >= self._size:
+                del events[next(iter(events))]
+        events[key] = event
         return event
 
 

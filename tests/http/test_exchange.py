@@ -108,12 +108,17 @@ def test_heads_are_kept_per_method_target_fields_and_length() -> None:
 
 
 def test_heads_stay_bounded_and_refusals_are_not_kept() -> None:
-    """Past ``size`` entries the cache starts again; a refused head raises every time."""
+    """Past ``size`` entries the least recently used head goes; a refused head raises
+    every time."""
     heads = RequestHeads(size=2)
-    first = heads.of(b"GET", b"/a", HOST, -1)
-    heads.of(b"GET", b"/b", HOST, -1)
-    heads.of(b"GET", b"/c", HOST, -1)  # full: started again
-    assert heads.of(b"GET", b"/a", HOST, -1) is not first
+    a = heads.of(b"GET", b"/a", HOST, -1)
+    b = heads.of(b"GET", b"/b", HOST, -1)
+    assert heads.of(b"GET", b"/a", HOST, -1) is a  # used again: /b is now the oldest
+    c = heads.of(b"GET", b"/c", HOST, -1)  # full: /b goes
+    assert heads.of(b"GET", b"/a", HOST, -1) is a
+    assert heads.of(b"GET", b"/c", HOST, -1) is c
+    assert heads.of(b"GET", b"/b", HOST, -1) is not b  # built again; /a goes
+    assert heads.of(b"GET", b"/a", HOST, -1) is not a
     for _ in range(2):
         with pytest.raises(ValueError, match="h11 refuses"):
             heads.of(b"GET", b"/a b", HOST, -1)
