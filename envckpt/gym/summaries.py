@@ -95,7 +95,7 @@ class GymCheckpointCommitSummary:
         object.__setattr__(self, "exported_episodes", as_episodes(self.exported_episodes))
         object.__setattr__(self, "unowned_live_episodes", as_episodes(self.unowned_live_episodes))
         by_episode = self.staging_keys_by_episode
-        if all(map(isinstance, by_episode, repeat(EnvironmentEpisode))) and all(
+        if _all_ours(tuple(by_episode)) and all(
             map(isinstance, by_episode.values(), repeat(tuple))
         ):
             # Ours already: a copy keeps the stored hashes (no call per episode).
