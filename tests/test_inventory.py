@@ -40,6 +40,19 @@ def test_inventory_lists_live_episodes_sorted_per_instance() -> None:
     assert inventory.inventory("other/replica-0") == ()
 
 
+def test_live_and_dropped_episodes_come_in_episode_order() -> None:
+    """Both lists are sorted by rollout id, then attempt, whatever order they were added in."""
+    inventory = InMemoryInventory()
+    episodes = [
+        EnvironmentEpisode(f"r-{index:03d}", attempt) for index in range(40) for attempt in (1, 0)
+    ]
+    for episode in reversed(episodes[::3] + episodes[1::3] + episodes[2::3]):
+        inventory.add(A, episode)
+        inventory.drop(B, episode)
+    assert inventory.inventory(A) == tuple(sorted(episodes))
+    assert inventory.dropped_attempts(B) == tuple(sorted(episodes))
+
+
 def test_drop_moves_an_episode_to_dropped_until_retired() -> None:
     """A dropped attempt leaves the inventory and is reported until the instance retires it."""
     inventory = InMemoryInventory()
