@@ -2,36 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import structlog
 
 from envckpt.machines import binding
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from helpers.repository_bench import repository_bench
 
-
-def _repository_bench(name: str) -> ModuleType:
-    """A module of the repository's ``bench`` package.
-
-    ``tests`` is on the test path, so ``bench`` may first resolve to this
-    directory (a namespace package); the repository's own ``bench`` is a
-    regular package beside ``envckpt``.
-    """
-    package = sys.modules.get("bench")
-    if package is None or getattr(package, "__file__", None) is None:
-        sys.modules.pop("bench", None)
-        if str(REPO_ROOT) not in sys.path:
-            sys.path.insert(0, str(REPO_ROOT))
-    return importlib.import_module(f"bench.{name}")
-
-
-logging_cost = _repository_bench("logging_cost")
+logging_cost = repository_bench("logging_cost")
 
 
 def _lines(path: Path) -> int:
