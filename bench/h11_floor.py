@@ -11,7 +11,11 @@ h11 spends here; no code of envckpt's is in it.
 
 The three drive the same envckpt servers (``bench/server_process.py``, one
 process per instance) through whole snapshots, interleaved, warm-up dropped;
-a figure is this process's CPU seconds over the snapshot's control calls::
+a figure is this process's CPU seconds over the snapshot's control calls.
+Both minimal clients also drive the floor's servers (``bench/floor_app.py``)
+in the same rounds, so the pause is compared with the floor framed either
+way: ``floor + h11 over floor`` is what h11's framing alone adds to a
+snapshot, and ``envckpt over floor`` is the bench's ``pause_over_floor``::
 
     python -m bench.h11_floor [--instances 32] [--rounds 16]
 """
@@ -100,56 +104,84 @@ class H11Client(RawClient):
         self.connections = {name: H11Connection(url, token=token) for name, url in urls.items()}
 
 
-async def measure(workdir: Path, *, instances: int, rounds: int) -> dict[str, list[float]]:
-    """CPU seconds per control call of each client, over ``rounds`` interleaved snapshots."""
+Runs = dict[str, dict[str, list[float]]]
+
+
+async def measure(workdir: Path, *, instances: int, rounds: int) -> Runs:
+    """Over ``rounds`` interleaved rounds: ``cpu``, each client's CPU seconds per control
+    call to envckpt's servers; ``wall``, each snapshot's seconds (the pause), envckpt's
+    coordinator to its servers and both minimal clients to the floor's."""
     root = workdir / "checkpoints"
     root.mkdir()
     fleet = {"workdir": workdir, "token": TOKEN, "checkpoint_root": root}
     with (
         Fleet("envckpt", count=instances, **fleet) as servers,
-        Fleet("floor", count=1, **fleet) as floor,
+        Fleet("floor", count=instances, **fleet) as floor,
     ):
         driver = pause._Driver(servers, floor, count=instances, root=root)
-        framed = [H11Client(urls, token=TOKEN) for urls in servers.urls[:instances]]
+        to_envckpt = [H11Client(urls, token=TOKEN) for urls in servers.urls[:instances]]
+        to_floor = [H11Client(urls, token=TOKEN) for urls in floor.urls[:instances]]
+        cpu: dict[str, list[float]] = {"raw": [], "raw + h11": [], "envckpt": []}
+        calls = instances * CALLS_PER_INSTANCE
+
+        def per_call(
+            name: str, run: Callable[[], Awaitable[float]]
+        ) -> Callable[[], Awaitable[float]]:
+            async def timed() -> float:
+                started = time.process_time()
+                wall = await run()
+                cpu[name].append((time.process_time() - started) / calls)
+                return wall
+
+            return timed
+
         try:
             await driver.start()
-            calls = instances * CALLS_PER_INSTANCE
-
-            def per_call(run: Callable[[], Awaitable[float]]) -> Callable[[], Awaitable[float]]:
-                async def timed() -> float:
-                    started = time.process_time()
-                    await run()
-                    return (time.process_time() - started) / calls
-
-                return timed
-
             # As the pause bench does: what startup built is not walked by every collection.
             gc.collect()
             gc.freeze()
-            return await interleave_async(
+            wall = await interleave_async(
                 {
-                    "raw": per_call(lambda: driver.raw_run(driver.raw_envckpt)),
-                    "raw + h11": per_call(lambda: driver.raw_run(framed)),
-                    "envckpt": per_call(driver.envckpt_run),
+                    "raw": per_call("raw", lambda: driver.raw_run(driver.raw_envckpt)),
+                    "raw + h11": per_call("raw + h11", lambda: driver.raw_run(to_envckpt)),
+                    "envckpt": per_call("envckpt", driver.envckpt_run),
+                    "floor": lambda: driver.raw_run(driver.raw_floor),
+                    "floor + h11": lambda: driver.raw_run(to_floor),
                 },
                 rounds=rounds,
                 between=driver.clean,
             )
         finally:
             gc.unfreeze()
-            await asyncio.gather(*(client.aclose() for client in framed))
+            await asyncio.gather(*(client.aclose() for client in [*to_envckpt, *to_floor]))
             await driver.aclose()
+    # interleave_async drops the warm-up round's results; drop its CPU figures too.
+    return {"cpu": {name: values[1:] for name, values in cpu.items()}, "wall": wall}
 
 
-def report(runs: Mapping[str, list[float]]) -> str:
-    """Each client's CPU per call, and each over the minimal client's."""
-    lines = [
-        f"{name:10s} {Summary.of(values).describe(scale=1e6, unit=' us')} per call"
-        + ("" if name == "raw" else f"   over raw {Ratio.of(values, runs['raw']).describe()}")
-        for name, values in runs.items()
+def report(runs: Runs) -> str:
+    """CPU per call of each client, and the pause over each floor."""
+    cpu, wall = runs["cpu"], runs["wall"]
+    lines = ["CPU per control call to envckpt's servers:"]
+    lines += [
+        f"  {name:10s} {Summary.of(values).describe(scale=1e6, unit=' us')}"
+        + ("" if name == "raw" else f"   over raw {Ratio.of(values, cpu['raw']).describe()}")
+        for name, values in cpu.items()
     ]
     lines.append(
-        f"envckpt over raw + h11 {Ratio.of(runs['envckpt'], runs['raw + h11']).describe()}"
+        f"  envckpt over raw + h11 {Ratio.of(cpu['envckpt'], cpu['raw + h11']).describe()}"
+    )
+    lines.append("pause (one snapshot of every instance):")
+    lines += [
+        f"  {name:10s} {Summary.of(wall[name]).describe(scale=1e3, unit=' ms')}"
+        for name in ("envckpt", "floor", "floor + h11")
+    ]
+    lines.append(
+        f"  floor + h11 over floor {Ratio.of(wall['floor + h11'], wall['floor']).describe()}"
+    )
+    lines.append(f"  envckpt over floor {Ratio.of(wall['envckpt'], wall['floor']).describe()}")
+    lines.append(
+        f"  envckpt over floor + h11 {Ratio.of(wall['envckpt'], wall['floor + h11']).describe()}"
     )
     return "\n".join(lines)
 
@@ -162,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with tempfile.TemporaryDirectory(prefix="envckpt-h11-floor-") as tmp:
         runs = asyncio.run(measure(Path(tmp), instances=args.instances, rounds=args.rounds))
-    print(f"coordinator CPU per control call, {args.instances} instances, interleaved")
+    print(f"{args.instances} instances, {args.rounds} rounds interleaved")
     print(report(runs))
     return 0
 

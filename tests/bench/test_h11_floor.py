@@ -68,13 +68,18 @@ def test_a_refused_call_fails_the_run(servers: tuple[object, Path]) -> None:
         asyncio.run(prepare())
 
 
-def test_measure_times_each_client_per_call(tmp_path: Path) -> None:
-    """One round of each client after the warm-up, as CPU seconds per call."""
+def test_measure_times_each_client_per_call_and_each_pause(tmp_path: Path) -> None:
+    """One round of each variant after the warm-up: CPU per call and the pause."""
     runs = asyncio.run(h11_floor.measure(tmp_path, instances=1, rounds=1))
-    assert {name: len(values) for name, values in runs.items()} == {
-        "raw": 1,
-        "raw + h11": 1,
-        "envckpt": 1,
+    assert {
+        kind: {name: len(values) for name, values in by_name.items()}
+        for kind, by_name in runs.items()
+    } == {
+        "cpu": {"raw": 1, "raw + h11": 1, "envckpt": 1},
+        "wall": {"raw": 1, "raw + h11": 1, "envckpt": 1, "floor": 1, "floor + h11": 1},
     }
-    assert all(value > 0 for values in runs.values() for value in values)
-    assert "envckpt over raw + h11" in h11_floor.report(runs)
+    assert all(
+        value > 0 for by_name in runs.values() for values in by_name.values() for value in values
+    )
+    report = h11_floor.report(runs)
+    assert "envckpt over raw + h11" in report and "floor + h11 over floor" in report
