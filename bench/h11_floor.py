@@ -113,10 +113,13 @@ async def measure(workdir: Path, *, instances: int, rounds: int) -> Runs:
     coordinator to its servers and both minimal clients to the floor's."""
     root = workdir / "checkpoints"
     root.mkdir()
-    fleet = {"workdir": workdir, "token": TOKEN, "checkpoint_root": root}
     with (
-        Fleet("envckpt", count=instances, **fleet) as servers,
-        Fleet("floor", count=instances, **fleet) as floor,
+        Fleet(
+            "envckpt", count=instances, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as servers,
+        Fleet(
+            "floor", count=instances, workdir=workdir, token=TOKEN, checkpoint_root=root
+        ) as floor,
     ):
         driver = pause._Driver(servers, floor, count=instances, root=root)
         to_envckpt = [H11Client(urls, token=TOKEN) for urls in servers.urls[:instances]]

@@ -45,7 +45,7 @@ STATE_BYTES = 1000
 ROUTES = ("prepare", "commit", "resume")
 # The phase each route answers with when it succeeds.
 PHASES = {"prepare": "prepared", "commit": "committed", "resume": "idle"}
-# Checkpoints kept on disk before the next cleanup (untimed).
+# Runs (of either app) between two untimed cleanups of the checkpoints written.
 CLEAN_EVERY = 20
 
 App = Callable[..., Awaitable[None]]
@@ -96,7 +96,9 @@ async def post(app: App, route: str, body: bytes) -> dict[str, Any]:
     return parsed
 
 
-def _cycle(app: App, root: Path, ids: list[str], into: dict[str, list[float]]) -> Any:
+def _cycle(
+    app: App, root: Path, ids: list[str], into: dict[str, list[float]]
+) -> Callable[[], Awaitable[float]]:
     """One snapshot's three requests to ``app``: each one's CPU seconds go to ``into``."""
 
     async def run() -> float:
