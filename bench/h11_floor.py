@@ -6,8 +6,10 @@ which frames HTTP/1.1 by hand. envckpt's client frames with h11 (issue 26).
 This puts a third client between them: the minimal client's own policy (one
 kept-alive connection per server, one request at a time, the same bodies and
 phase checks) with requests and replies framed by an ``h11.Connection``, and
-nothing else added. Its CPU per call is the least any client framing with
-h11 spends here; no code of envckpt's is in it.
+nothing else added. Its CPU per call is close to the least a client framing
+with h11 spends here (reusing validated ``h11.Request`` events between calls,
+as envckpt's client does, left it at 1.84 x the hand-framed client at 32
+instances); no code of envckpt's is in it.
 
 The three drive the same envckpt servers (``bench/server_process.py``, one
 process per instance) through whole snapshots, interleaved, warm-up dropped;
