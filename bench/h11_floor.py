@@ -31,7 +31,7 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import h11
@@ -102,8 +102,7 @@ class H11Connection(RawConnection):
 class H11Client(RawClient):
     """One ``H11Connection`` per server of one Gym instance."""
 
-    def __init__(self, urls: Mapping[str, str], *, token: str) -> None:
-        self.connections = {name: H11Connection(url, token=token) for name, url in urls.items()}
+    connection_class = H11Connection
 
 
 Runs = dict[str, dict[str, list[float]]]

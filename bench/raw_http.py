@@ -106,8 +106,13 @@ class RawConnection:
 class RawClient:
     """One ``RawConnection`` per server of one Gym instance."""
 
+    # What frames each server's requests (bench/h11_floor.py gives another).
+    connection_class: type[RawConnection] = RawConnection
+
     def __init__(self, urls: Mapping[str, str], *, token: str) -> None:
-        self.connections = {name: RawConnection(url, token=token) for name, url in urls.items()}
+        self.connections = {
+            name: self.connection_class(url, token=token) for name, url in urls.items()
+        }
 
     async def post(self, server: str, route: str, body: bytes, *, expect_phase: str) -> Any:
         status, raw = await self.connections[server].request("POST", f"{PREFIX}/{route}", body)

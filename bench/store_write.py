@@ -75,21 +75,22 @@ def store_write(directory: Path, exported: Exported) -> None:
     )
 
 
+def _envelopes(exported: Exported) -> Iterator[dict[str, Any]]:
+    """Gym's record envelope of each exported state, as the store writes it."""
+    return ({"episode_id": episode.to_wire(), **state} for episode, state in exported)
+
+
 def raw_write(directory: Path, exported: Exported) -> None:
     """The same records encoded with orjson, streamed, hashed and fsynced."""
     directory.mkdir(parents=True)
-    write_streamed(
-        directory / "records.jsonl",
-        (orjson.dumps({"episode_id": episode.to_wire(), **state}) for episode, state in exported),
-    )
+    write_streamed(directory / "records.jsonl", map(orjson.dumps, _envelopes(exported)))
 
 
 def strict_write(directory: Path, exported: Exported) -> None:
     """``raw_write``, refusing NaN and the infinities (``ValueError``) as JSON has none."""
 
     def lines() -> Iterator[bytes]:
-        for episode, state in exported:
-            record = {"episode_id": episode.to_wire(), **state}
+        for record in _envelopes(exported):
             line = orjson.dumps(record)
             if _NULL.search(line) is not None:
                 _STRICT.encode(record)  # a NaN written as null: raises
