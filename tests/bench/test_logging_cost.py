@@ -34,12 +34,18 @@ def test_a_run_logs_every_transition_as_json_and_leaks_no_file(
     cpu, wall, events = logging_cost.run(tmp_path, rounds=3, cycles=2)
     assert _open_files() == before
     assert events == 15
-    assert {name: len(values) for name, values in cpu.items()} == {"on": 3, "off": 3, "absent": 3}
+    assert {name: len(values) for name, values in cpu.items()} == {
+        "on": 3,
+        "off": 3,
+        "floor": 3,
+        "absent": 3,
+    }
     assert set(wall) == set(cpu)
     assert binding._LOG is logger and structlog.get_config() == config
     lines = (tmp_path / "transitions.jsonl").read_bytes().splitlines()
-    # The warm-up round, three rounds of "on", then the counting run: two cycles each.
-    assert len(lines) - logged == 15 * 2 * (1 + 3 + 1)
+    # A warm-up round and three rounds of "on" and of "floor" each, then the
+    # counting run: two cycles each.
+    assert len(lines) - logged == 15 * 2 * (2 * (1 + 3) + 1)
     event = json.loads(lines[-1])
     assert event["event"] == "transition" and event["level"] == "info"
     assert {"machine", "trigger", "source", "dest", "timestamp"} <= set(event)
@@ -51,7 +57,7 @@ def test_a_run_without_absent_measures_on_and_off_only(
     """``absent=False`` (what --quick runs) leaves that variant out and nothing else."""
     cpu, wall, events = logging_cost.run(tmp_path, rounds=2, cycles=1, absent=False)
     assert events == 15
-    assert {name: len(values) for name, values in cpu.items()} == {"on": 2, "off": 2}
+    assert {name: len(values) for name, values in cpu.items()} == {"on": 2, "off": 2, "floor": 2}
     assert set(wall) == set(cpu)
 
 

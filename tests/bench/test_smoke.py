@@ -30,6 +30,7 @@ KEYS = (
     "restore_peak_mib_20mb",
     "restore_peak_mib_200mb",
     "logging_overhead",
+    "logging_floor_overhead",
     "register_100k_seconds",
     "discover_100k_seconds",
 )
