@@ -35,7 +35,12 @@ from envckpt.demo.scenario import DemoSettings
 from envckpt.episodes import EnvironmentEpisode
 from envckpt.facade.instances import InstanceClient, LocalInstance
 from envckpt.gym.adapter import GymCheckpointAdapter
-from envckpt.http.tokens import new_token, require_strong_token
+from envckpt.http.tokens import (
+    GYM_ROWS_TOKEN_ENV,
+    GYM_TOKEN_ENV,
+    new_token,
+    require_strong_token,
+)
 from envckpt.process_tie import child_env
 from envckpt.sim.http_gym import HttpBackend, HttpGym
 from envckpt.trainer.job import RolloutBackend
@@ -43,9 +48,6 @@ from envckpt.trainer.job import RolloutBackend
 # How the demo hands its tokens to the trainer process (never on a command line).
 CONTROL_TOKEN_ENV = "ENVCKPT_DEMO_TOKEN"
 ROWS_TOKEN_ENV = "ENVCKPT_DEMO_ROWS_TOKEN"
-# How the trainer hands them to each Gym server process (envckpt.sim.server).
-GYM_TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
-GYM_ROWS_TOKEN_ENV = "ENVCKPT_ROWS_TOKEN"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 MIN_TOKEN_LENGTH = 16
+# What every Gym server envckpt starts reads its secrets from: the token
+# itself, or the path of an owner-only file holding it. The control plane's
+# token and the trainer's rows endpoint's are different secrets.
+GYM_TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
+GYM_TOKEN_FILE_ENV = "ENVCKPT_GYM_TOKEN_FILE"
+GYM_ROWS_TOKEN_ENV = "ENVCKPT_ROWS_TOKEN"
+GYM_ROWS_TOKEN_FILE_ENV = "ENVCKPT_ROWS_TOKEN_FILE"
 
 
 class TokenUnavailable(RuntimeError):

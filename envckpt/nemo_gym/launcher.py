@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.http.client import NEMO_GYM_SERVER_TYPES
+from envckpt.http.tokens import GYM_TOKEN_ENV, GYM_TOKEN_FILE_ENV
 from envckpt.nemo_gym.port_holders import describe, port_holders
 from envckpt.nemo_gym.processes import ServerProcess, start_server
 from envckpt.nemo_gym.readiness import read_ready_file
@@ -56,8 +57,6 @@ from envckpt.nemo_gym.settings import (
     READY_FILE_ENV,
     STAGING_TOKEN_ENV,
     STAGING_TOKEN_FILE_ENV,
-    TOKEN_ENV,
-    TOKEN_FILE_ENV,
     envckpt_block,
 )
 
@@ -209,8 +208,8 @@ def _env(
     )
     # A given file wins: the value variables (read first) are not passed on.
     if token_file is not None:
-        env.pop(TOKEN_ENV, None)
-        env[TOKEN_FILE_ENV] = str(token_file)
+        env.pop(GYM_TOKEN_ENV, None)
+        env[GYM_TOKEN_FILE_ENV] = str(token_file)
     if staging_token_file is not None:
         env.pop(STAGING_TOKEN_ENV, None)
         env[STAGING_TOKEN_FILE_ENV] = str(staging_token_file)

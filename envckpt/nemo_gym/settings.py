@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from envckpt.http.tokens import (
+    GYM_TOKEN_ENV,
+    GYM_TOKEN_FILE_ENV,
     TokenUnavailable,
     read_token_file,
     require_strong_token,
@@ -28,8 +30,6 @@ from envckpt.http.tokens import (
     write_token_file,
 )
 
-TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
-TOKEN_FILE_ENV = "ENVCKPT_GYM_TOKEN_FILE"
 STAGING_TOKEN_ENV = "ENVCKPT_STAGING_TOKEN"
 STAGING_TOKEN_FILE_ENV = "ENVCKPT_STAGING_TOKEN_FILE"
 READY_FILE_ENV = "ENVCKPT_READY_FILE"
@@ -45,7 +45,7 @@ CONFIG_BLOCK = "envckpt"
 
 def control_token(environ: Mapping[str, str] | None = None) -> str:
     """The bearer token of the checkpoint control routes."""
-    return secret(TOKEN_ENV, TOKEN_FILE_ENV, environ)
+    return secret(GYM_TOKEN_ENV, GYM_TOKEN_FILE_ENV, environ)
 
 
 def staging_token(environ: Mapping[str, str] | None = None) -> str:

@@ -30,18 +30,17 @@ from envckpt.coordination.transport import TransportFailure
 from envckpt.http.client import HttpTransport
 from envckpt.http.closing import AsyncCloseable
 from envckpt.http.serve import serve
+from envckpt.http.tokens import (
+    GYM_ROWS_TOKEN_ENV,
+    GYM_ROWS_TOKEN_FILE_ENV,
+    GYM_TOKEN_ENV,
+    GYM_TOKEN_FILE_ENV,
+)
 from envckpt.http.workers import WorkerDirectory
 from envckpt.protocol import STATUS_EXPECTED_WORKERS, STATUS_WORKERS
 from envckpt.sim.gym import AGENT_SERVER, JUDGE_SERVER, MODEL_SERVER, RESOURCES_SERVER, GymConfig
 from envckpt.sim.gym_servers import Serving, judge_app
-from envckpt.sim.worker_apps import (
-    ROWS_TOKEN_ENV,
-    ROWS_TOKEN_FILE_ENV,
-    TOKEN_ENV,
-    TOKEN_FILE_ENV,
-    WorkerSettings,
-    supervisor_command,
-)
+from envckpt.sim.worker_apps import WorkerSettings, supervisor_command
 
 # Each of 3 x N workers imports the whole package: on a loaded machine that is slow.
 READY_SECONDS = 900.0
@@ -152,11 +151,11 @@ class WorkerServers(AsyncCloseable):
         directory.path.mkdir(mode=0o700)
         env = {**os.environ, **settings.to_env(), **directory.environment(workers=self.workers)}
         # The secrets the workers read, in their variables (never on a command line).
-        env[TOKEN_ENV] = self.config.token
-        env.pop(TOKEN_FILE_ENV, None)
-        env.pop(ROWS_TOKEN_FILE_ENV, None)
+        env[GYM_TOKEN_ENV] = self.config.token
+        env.pop(GYM_TOKEN_FILE_ENV, None)
+        env.pop(GYM_ROWS_TOKEN_FILE_ENV, None)
         if self._rows_token is not None:
-            env[ROWS_TOKEN_ENV] = self._rows_token
+            env[GYM_ROWS_TOKEN_ENV] = self._rows_token
         command = supervisor_command(
             server,
             host=self.serving.host,

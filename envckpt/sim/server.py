@@ -45,7 +45,14 @@ from pathlib import Path
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.http.bodies import DATA_MAX_BODY_BYTES
 from envckpt.http.serve import DEFAULT_HOST, ServerLimits
-from envckpt.http.tokens import TokenUnavailable, secret
+from envckpt.http.tokens import (
+    GYM_ROWS_TOKEN_ENV,
+    GYM_ROWS_TOKEN_FILE_ENV,
+    GYM_TOKEN_ENV,
+    GYM_TOKEN_FILE_ENV,
+    TokenUnavailable,
+    secret,
+)
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS
 from envckpt.participant.model_calls import DEFAULT_MODEL_CALLS, ModelCallPolicy
 from envckpt.process_tie import tie_to_parent
@@ -56,10 +63,6 @@ from envckpt.sim.json_log import configure_json_log
 
 __all__ = ["GymServers", "Serving", "judge_app", "main", "write_ready_file"]
 
-TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
-TOKEN_FILE_ENV = "ENVCKPT_GYM_TOKEN_FILE"
-ROWS_TOKEN_ENV = "ENVCKPT_ROWS_TOKEN"
-ROWS_TOKEN_FILE_ENV = "ENVCKPT_ROWS_TOKEN_FILE"
 CHECKPOINT_ROOT_ENV = "ENVCKPT_CHECKPOINT_ROOT"
 LOG_ENV = "ENVCKPT_GYM_LOG"
 
@@ -89,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rows-url",
         default=None,
-        help=f"trainer endpoint for token rows (token: ${ROWS_TOKEN_ENV})",
+        help=f"trainer endpoint for token rows (token: ${GYM_ROWS_TOKEN_ENV})",
     )
     parser.add_argument("--model-latency", type=float, default=0.0, help="seconds per generation")
     parser.add_argument("--tool-latency", type=float, default=0.0, help="seconds per tool call")
@@ -237,18 +240,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.token is not None or args.rows_token is not None:
         parser.error(
             "tokens are never taken from the command line (other users can read it): "
-            f"set ${TOKEN_ENV} or ${TOKEN_FILE_ENV}, "
-            f"and ${ROWS_TOKEN_ENV} or ${ROWS_TOKEN_FILE_ENV}"
+            f"set ${GYM_TOKEN_ENV} or ${GYM_TOKEN_FILE_ENV}, "
+            f"and ${GYM_ROWS_TOKEN_ENV} or ${GYM_ROWS_TOKEN_FILE_ENV}"
         )
     try:
-        token = secret(TOKEN_ENV, TOKEN_FILE_ENV)
+        token = secret(GYM_TOKEN_ENV, GYM_TOKEN_FILE_ENV)
         rows_token = None
         if args.rows_url is not None:
-            rows_token = secret(ROWS_TOKEN_ENV, ROWS_TOKEN_FILE_ENV)
+            rows_token = secret(GYM_ROWS_TOKEN_ENV, GYM_ROWS_TOKEN_FILE_ENV)
     except (TokenUnavailable, OSError) as error:
         parser.error(f"no usable token: {error}")
     if rows_token is not None and rows_token == token:
-        parser.error(f"${ROWS_TOKEN_ENV} must differ from the control token")
+        parser.error(f"${GYM_ROWS_TOKEN_ENV} must differ from the control token")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     serving = _serving(parser, args)

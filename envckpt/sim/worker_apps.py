@@ -36,7 +36,13 @@ from envckpt.http.closing import AsyncCloseable
 from envckpt.http.read_guard import REQUEST_READ_SECONDS, GuardedH11Protocol
 from envckpt.http.routes import DEFAULT_LEASE_CHECK_SECONDS
 from envckpt.http.serve import GRACEFUL_SHUTDOWN_SECONDS
-from envckpt.http.tokens import secret
+from envckpt.http.tokens import (
+    GYM_ROWS_TOKEN_ENV,
+    GYM_ROWS_TOKEN_FILE_ENV,
+    GYM_TOKEN_ENV,
+    GYM_TOKEN_FILE_ENV,
+    secret,
+)
 from envckpt.http.workers import mount_worker_participant
 from envckpt.participant.confinement import DEFAULT_MAX_LEASE_SECONDS, RequestBounds
 from envckpt.participant.core import ParticipantCore
@@ -53,10 +59,6 @@ from envckpt.sim.gym import (
 from envckpt.sim.kinds.agent import AgentServer
 
 SETTINGS_ENV = "ENVCKPT_SIM_WORKER_SETTINGS"
-TOKEN_ENV = "ENVCKPT_GYM_TOKEN"
-TOKEN_FILE_ENV = "ENVCKPT_GYM_TOKEN_FILE"
-ROWS_TOKEN_ENV = "ENVCKPT_ROWS_TOKEN"
-ROWS_TOKEN_FILE_ENV = "ENVCKPT_ROWS_TOKEN_FILE"
 # uvicorn pings each worker (a thread of its own answers) and kills one that
 # does not answer within this: a hung worker is replaced after it, and a dead
 # one may wait that long if it died while a ping was pending.
@@ -92,7 +94,7 @@ class WorkerSettings:
         return cls(**json.loads(os.environ[SETTINGS_ENV]))
 
     def gym_config(self) -> GymConfig:
-        return GymConfig(**{**self.config, "token": secret(TOKEN_ENV, TOKEN_FILE_ENV)})
+        return GymConfig(**{**self.config, "token": secret(GYM_TOKEN_ENV, GYM_TOKEN_FILE_ENV)})
 
 
 def _settings_read_seconds() -> float:
@@ -151,7 +153,9 @@ def policy_model_app() -> FastAPI:
     config = settings.gym_config()
     sink = None
     if settings.rows_url:
-        sink = HttpStagingSink(settings.rows_url, secret(ROWS_TOKEN_ENV, ROWS_TOKEN_FILE_ENV))
+        sink = HttpStagingSink(
+            settings.rows_url, secret(GYM_ROWS_TOKEN_ENV, GYM_ROWS_TOKEN_FILE_ENV)
+        )
     model = build_model(config, SystemClock(), sink)
     app = _participant_app(settings, config, model.core)
     app.include_router(model_router(model, max_body_bytes=settings.data_max_body_bytes))

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 from structlog.testing import capture_logs
 
-from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     CorruptCheckpoint,
     GymCheckpointUnavailable,
@@ -24,6 +23,7 @@ from envckpt.gym.adapter import GymCheckpointAdapter
 
 from helpers.dict_deployment import (
     E1,
+    E2,
     INSTANCE,
     Deployment,
     discovered,
@@ -32,8 +32,6 @@ from helpers.dict_deployment import (
     restore_r1,
     saved_then_restored,
 )
-
-E2 = EnvironmentEpisode("r2", 2)
 
 
 async def test_discover_moves_to_discovered_and_skips_non_participants() -> None:

@@ -21,7 +21,6 @@ import structlog
 from structlog.testing import capture_logs
 
 from envckpt.coordination.coordinator import CLEANUP_SECONDS
-from envckpt.episodes import EnvironmentEpisode
 from envckpt.errors import (
     GymCheckpointUnavailable,
     IncompatibleCheckpoint,
@@ -33,6 +32,7 @@ from envckpt.participant.core import DEFAULT_LEASE_GRACE_SECONDS
 
 from helpers.dict_deployment import (
     E1,
+    E2,
     INSTANCE,
     Deployment,
     discovered,
@@ -42,7 +42,6 @@ from helpers.dict_deployment import (
 )
 from helpers.sim_server_client import server_client_for
 
-E2 = EnvironmentEpisode("r2", 2)
 # Nothing listens on the discard port: a client-built adapter's calls fail fast.
 NOWHERE = {"policy_model": "http://127.0.0.1:9"}
 

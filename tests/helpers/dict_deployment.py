@@ -29,6 +29,8 @@ from helpers.participant_doubles import JsonStateHooks, cores_of
 TOKEN = "test-token-5d0e2b7a"
 INSTANCE = GymCheckpointInstance("shard", 0)
 E1 = EnvironmentEpisode("r1", 0)
+# A second rollout on a later attempt, held beside E1.
+E2 = EnvironmentEpisode("r2", 2)
 
 
 class DictHooks(JsonStateHooks):

@@ -18,16 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from envckpt.demo.gym_hosting import (
-    CONTROL_TOKEN_ENV,
-    GYM_ROWS_TOKEN_ENV,
-    GYM_TOKEN_ENV,
-    ROWS_TOKEN_ENV,
-)
+from envckpt.demo.gym_hosting import CONTROL_TOKEN_ENV, ROWS_TOKEN_ENV
 from envckpt.demo.plan import Interruption
 from envckpt.demo.processes import run_processes
 from envckpt.demo.scenario import DemoSettings
-from envckpt.http.tokens import MIN_TOKEN_LENGTH
+from envckpt.http.tokens import GYM_ROWS_TOKEN_ENV, GYM_TOKEN_ENV, MIN_TOKEN_LENGTH
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
 
