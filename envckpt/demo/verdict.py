@@ -35,7 +35,7 @@ from envckpt.demo.scenario import DemoSettings, make_tasks
 from envckpt.fsutil import atomic_write_bytes
 from envckpt.sim.gym import expected_transcript
 from envckpt.trainer.job_errors import JobExit
-from envckpt.trainer.restorer import REFUSED
+from envckpt.trainer.restorer import Outcome
 
 KILLED = -9  # the exit status of a process killed by SIGKILL
 EXPECTED_EXIT = {KILL: KILLED, KILL_IN_RESTORE: KILLED, PREEMPT: int(JobExit.PREEMPTED)}
@@ -108,7 +108,7 @@ def read_run(directory: Path) -> RunRecord:
                     event.get("snapshot"),
                     frozenset((str(r), int(a)) for r, a in event.get("continued", [])),
                     int(event.get("abandoned", 0)),
-                    sum(1 for c in event.get("considered", []) if c[1] == REFUSED),
+                    sum(1 for c in event.get("considered", []) if c[1] == Outcome.REFUSED),
                 )
             )
         elif event["event"] == "snapshot":

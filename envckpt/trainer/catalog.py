@@ -26,6 +26,7 @@ import contextlib
 import os
 import stat
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 from envckpt.errors import CorruptCheckpoint
@@ -36,9 +37,13 @@ from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.root_entries import Foreign
 from envckpt.trainer.snapshot_manifest import SnapshotManifest, read_snapshot_manifest
 
-OK = "ok"
-DAMAGED = "damaged"
-REFUSED = "refused"
+
+class EntryStatus(StrEnum):
+    """What reading a snapshot directory found."""
+
+    OK = "ok"  # both manifests read
+    DAMAGED = "damaged"  # one did not (``problem`` says which): a restore would refuse it
+    REFUSED = "refused"  # a restore moved it aside to ``refused/``
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +52,7 @@ class SnapshotEntry:
 
     checkpoint_id: str
     path: Path
-    status: str
+    status: EntryStatus
     problem: str = ""
     created_at: float | None = None
     step: int | None = None
@@ -62,7 +67,7 @@ class SnapshotEntry:
     @property
     def usable(self) -> bool:
         """Whether a restore would consider it (its digests are checked then)."""
-        return self.status == OK
+        return self.status is EntryStatus.OK
 
     @property
     def episodes(self) -> int:
@@ -131,7 +136,7 @@ class SnapshotCatalog:
                 replace(
                     found,
                     path=path,
-                    status=REFUSED,
+                    status=EntryStatus.REFUSED,
                     problem=problem or found.problem,
                     manifest=None,
                     gym_manifest=None,
@@ -155,7 +160,11 @@ def read_entry(path: Path) -> SnapshotEntry:
         manifest = read_snapshot_manifest(path)
     except CorruptCheckpoint as error:
         return SnapshotEntry(
-            checkpoint_id, path, DAMAGED, f"MANIFEST.json: {error}", size=_disk_size(path)
+            checkpoint_id,
+            path,
+            EntryStatus.DAMAGED,
+            f"MANIFEST.json: {error}",
+            size=_disk_size(path),
         )
     gym_manifest: GymSnapshotManifest | None = None
     problem = ""
@@ -171,7 +180,7 @@ def read_entry(path: Path) -> SnapshotEntry:
     return SnapshotEntry(
         checkpoint_id=checkpoint_id,
         path=path,
-        status=DAMAGED if problem else OK,
+        status=EntryStatus.DAMAGED if problem else EntryStatus.OK,
         problem=problem,
         created_at=manifest.created_at,
         step=manifest.step,

@@ -45,6 +45,7 @@ import asyncio
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from envckpt import logs
@@ -75,8 +76,12 @@ from envckpt.trainer.root_entries import Published, report_foreign
 from envckpt.trainer.root_guard import RootLock
 from envckpt.trainer.snapshot_manifest import SnapshotManifest
 
-CHOSEN = "chosen"
-REFUSED = "refused"
+
+class Outcome(StrEnum):
+    """What the restore made of one snapshot it looked at."""
+
+    CHOSEN = "chosen"
+    REFUSED = "refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +89,7 @@ class Considered:
     """One snapshot the restore looked at: ``chosen``, or ``refused`` with the reason."""
 
     snapshot: str
-    outcome: str
+    outcome: Outcome
     reason: str = ""
 
 
@@ -113,7 +118,7 @@ class RestoreReport:
     @property
     def refused(self) -> list[tuple[str, str]]:
         """(snapshot, reason) of every refused snapshot, newest first."""
-        return [(c.snapshot, c.reason) for c in self.considered if c.outcome == REFUSED]
+        return [(c.snapshot, c.reason) for c in self.considered if c.outcome is Outcome.REFUSED]
 
 
 class Restorer:
@@ -168,7 +173,7 @@ class Restorer:
                     sidecar_readers=self.sidecar_readers,
                 )
             except CorruptCheckpoint as error:
-                considered.append(Considered(snapshot.name, REFUSED, str(error)))
+                considered.append(Considered(snapshot.name, Outcome.REFUSED, str(error)))
                 refused.append((snapshot, str(error)))
                 log.warning(
                     "snapshot refused; trying an older one",
@@ -177,7 +182,7 @@ class Restorer:
                 )
                 continue
             crashpoint("restore.validated")
-            considered.append(Considered(snapshot.name, CHOSEN))
+            considered.append(Considered(snapshot.name, Outcome.CHOSEN))
             await self._set_aside(refused)
             clock.checked()
             report = await self._restore(candidate, considered, clock)
@@ -227,7 +232,7 @@ class Restorer:
         path, ledger = candidate.path, candidate.ledger
         plane = candidate.staged_plane.install()
         ledger.attach_data_plane(plane)
-        refused = sum(1 for c in considered if c.outcome == REFUSED)
+        refused = sum(1 for c in considered if c.outcome is Outcome.REFUSED)
         restored: RestoredEnvironmentRollouts | None = None
         try:
             async with self.env.restored(path) as restored:
@@ -266,7 +271,7 @@ class Restorer:
             continued=len(plan.continued),
             abandoned=len(plan.abandoned),
             cleared_rows=cleared,
-            refused=[c.snapshot for c in considered if c.outcome == REFUSED],
+            refused=[c.snapshot for c in considered if c.outcome is Outcome.REFUSED],
         )
         return RestoreReport(
             path=path,

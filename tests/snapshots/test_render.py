@@ -11,7 +11,7 @@ import pytest
 from envckpt.snapshots import render
 from envckpt.snapshots.details import describe
 from envckpt.snapshots.verify import Check, VerifyReport
-from envckpt.trainer.catalog import DAMAGED, SnapshotCatalog, SnapshotEntry
+from envckpt.trainer.catalog import EntryStatus, SnapshotCatalog, SnapshotEntry
 
 from helpers.stepped_root import stepped_root
 
@@ -56,7 +56,9 @@ def test_the_list_of_many_long_snapshots_fits_100_columns(tmp_path: Path) -> Non
         for step in (1, 99_999_999, 9_999_999_999)
     ]
     entries.append(
-        SnapshotEntry("rollouts-damaged", tmp_path, DAMAGED, "MANIFEST.json: " + "x" * 300, size=5)
+        SnapshotEntry(
+            "rollouts-damaged", tmp_path, EntryStatus.DAMAGED, "MANIFEST.json: " + "x" * 300, size=5
+        )
     )
     lines = printed(render.list_table(entries))
     assert max(len(line) for line in lines) <= 100

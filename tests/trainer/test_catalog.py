@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
-from envckpt.trainer.catalog import DAMAGED, OK, REFUSED, SnapshotCatalog
+from envckpt.trainer.catalog import EntryStatus, SnapshotCatalog
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.snapshot_manifest import MANIFEST_NAME
 
@@ -32,7 +32,7 @@ async def test_all_lists_every_snapshot_oldest_first_with_its_step_and_contents(
     assert [entry.policy_version for entry in entries] == ["v10", "v20", "v30"]
     assert sorted(ids) == ids, "ids sort by step"
     for entry in entries:
-        assert entry.status == OK and entry.usable and entry.problem == ""
+        assert entry.status is EntryStatus.OK and entry.usable and entry.problem == ""
         assert set(entry.instances) == {"shard/replica-0", "shard/replica-1"}
         assert entry.episodes >= 2 and entry.restarts == 0
         assert entry.size == sum(size for _, size in entry.manifest.files.values()) > 0
@@ -66,7 +66,7 @@ async def test_a_damaged_newest_snapshot_is_listed_but_never_latest(
     flip_byte(SnapshotLayout(path).snapshots / ids[2] / MANIFEST_NAME)
     catalog = SnapshotCatalog(path)
     damaged = catalog.entry(ids[2])
-    assert damaged.status == DAMAGED and not damaged.usable
+    assert damaged.status is EntryStatus.DAMAGED and not damaged.usable
     assert damaged.problem.startswith("MANIFEST.json: ") and damaged.step is None
     assert damaged.size > 0, "the size on disk stands in for the manifest's"
     latest = catalog.latest()
@@ -82,7 +82,7 @@ async def test_a_damaged_gym_manifest_is_a_damaged_entry(
     path, ids = root
     flip_byte(SnapshotLayout(path).snapshots / ids[1] / GYM_MANIFEST)
     entry = SnapshotCatalog(path).entry(ids[1])
-    assert entry.status == DAMAGED and entry.problem.startswith(f"{GYM_MANIFEST}: ")
+    assert entry.status is EntryStatus.DAMAGED and entry.problem.startswith(f"{GYM_MANIFEST}: ")
     assert entry.step == 20, "what MANIFEST.json says still reads"
 
 
@@ -96,7 +96,11 @@ async def test_refused_snapshots_are_listed_with_their_reason(
     catalog = SnapshotCatalog(path)
     assert [entry.checkpoint_id for entry in catalog.all()] == [ids[1], ids[2]]
     [refused] = catalog.refused()
-    assert (refused.checkpoint_id, refused.status, refused.step) == (ids[0], REFUSED, 10)
+    assert (refused.checkpoint_id, refused.status, refused.step) == (
+        ids[0],
+        EntryStatus.REFUSED,
+        10,
+    )
     assert refused.problem == "CorruptCheckpoint: ledger damaged"
 
 
@@ -125,7 +129,7 @@ async def test_a_renamed_snapshot_directory_is_damaged(tmp_path: Path) -> None:
     layout = SnapshotLayout(path)
     shutil.move(layout.snapshots / ids[0], layout.snapshots / "renamed-1")
     [entry] = SnapshotCatalog(path).all()
-    assert entry.status == DAMAGED and "directory is renamed-1" in entry.problem
+    assert entry.status is EntryStatus.DAMAGED and "directory is renamed-1" in entry.problem
 
 
 def test_foreign_entries_are_named_and_never_listed_as_snapshots(tmp_path: Path) -> None:

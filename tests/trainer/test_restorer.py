@@ -36,7 +36,7 @@ from envckpt.trainer.job_errors import (
     exit_code_for,
 )
 from envckpt.trainer.ledger import LedgerStatus
-from envckpt.trainer.restorer import CHOSEN, REFUSED, Considered, Restorer, RestoreReport
+from envckpt.trainer.restorer import Considered, Outcome, Restorer, RestoreReport
 from envckpt.trainer.results import RESULTS_SIDECAR
 from envckpt.trainer.snapshot_manifest import MANIFEST_NAME, verify_snapshot
 from envckpt.trainer.snapshotter import DATA_PLANE_NAME, LEDGER_NAME, SIDECAR_DIR
@@ -378,8 +378,8 @@ async def test_content_corruption_with_recomputed_digests_falls_back_to_the_prev
     try:
         assert_older_restored(rig, report, template)
         assert report.considered == [
-            Considered(template.newer.checkpoint_id, REFUSED, report.considered[0].reason),
-            Considered(template.older.checkpoint_id, CHOSEN),
+            Considered(template.newer.checkpoint_id, Outcome.REFUSED, report.considered[0].reason),
+            Considered(template.older.checkpoint_id, Outcome.CHOSEN),
         ]
         assert report.considered[0].reason
         if corruption == "manifest-names-another-snapshot":
@@ -417,7 +417,7 @@ async def test_records_gym_refuses_are_quarantined_and_the_next_start_uses_the_p
     second, report = await restore(run_dir)
     try:
         assert_older_restored(second, report, template)
-        assert report.considered == [Considered(template.older.checkpoint_id, CHOSEN)]
+        assert report.considered == [Considered(template.older.checkpoint_id, Outcome.CHOSEN)]
     finally:
         second.plane.close()
 
