@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     # --quick has a time budget (under 4 minutes here): where it went.
     spent = ", ".join(f"{group} {seconds:.0f} s" for group, seconds in took.items())
     print(f"\n== figures ({mode}, {time.perf_counter() - started:.0f} s: {spent}; {_load()})")
-    print("  targets (issue 24; printed, not asserted):")
+    print("  targets (issues 24 and 26; printed, not asserted):")
     for line in verdicts(figures):
         print(line)
     if args.json is not None:
