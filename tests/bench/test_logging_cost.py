@@ -51,7 +51,7 @@ def test_a_run_logs_every_transition_as_json_and_leaks_no_file(
     assert {"machine", "trigger", "source", "dest", "timestamp"} <= set(event)
 
 
-def test_a_run_without_absent_measures_on_and_off_only(
+def test_a_run_without_absent_leaves_only_that_variant_out(
     tmp_path: Path, restored_structlog: None
 ) -> None:
     """``absent=False`` (what --quick runs) leaves that variant out and nothing else."""
