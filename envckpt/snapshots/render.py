@@ -23,7 +23,7 @@ from rich.text import Text
 
 from envckpt.snapshots.details import SnapshotDetails
 from envckpt.snapshots.verify import VerifyReport
-from envckpt.trainer.catalog import EntryStatus, SnapshotEntry
+from envckpt.trainer.catalog import SnapshotEntry
 from envckpt.trainer.root_entries import Foreign
 
 MAX_WIDTH = 100
@@ -67,7 +67,7 @@ def size(count: int) -> str:
 
 
 def _status(entry: SnapshotEntry) -> Text:
-    return Text(entry.status, style="green" if entry.status is EntryStatus.OK else "bold red")
+    return Text(entry.status, style="green" if entry.usable else "bold red")
 
 
 def _table(title: str | None = None, *, compact: bool = False) -> Table:

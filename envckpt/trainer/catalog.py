@@ -64,6 +64,11 @@ class SnapshotEntry:
     manifest: SnapshotManifest | None = None
     gym_manifest: GymSnapshotManifest | None = None
 
+    def __post_init__(self) -> None:
+        # A status given as its text ("ok") is held as the named value, so the
+        # identity checks below hold for it too; an unknown one is a ValueError.
+        object.__setattr__(self, "status", EntryStatus(self.status))
+
     @property
     def usable(self) -> bool:
         """Whether a restore would consider it (its digests are checked then)."""

@@ -92,6 +92,10 @@ class Considered:
     outcome: Outcome
     reason: str = ""
 
+    def __post_init__(self) -> None:
+        # As SnapshotEntry: the text ("refused") is held as the named value.
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
+
 
 @dataclass
 class RestoreReport:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envckpt.facade.manifest import MANIFEST_NAME as GYM_MANIFEST
-from envckpt.trainer.catalog import EntryStatus, SnapshotCatalog
+from envckpt.trainer.catalog import EntryStatus, SnapshotCatalog, SnapshotEntry
 from envckpt.trainer.layout import SnapshotLayout
 from envckpt.trainer.snapshot_manifest import MANIFEST_NAME
 
@@ -150,3 +150,11 @@ def test_foreign_entries_are_named_and_never_listed_as_snapshots(tmp_path: Path)
     with pytest.raises(KeyError):
         catalog.entry("ck-link")
     assert catalog.entry("ck-1").checkpoint_id == "ck-1"
+
+
+def test_a_status_given_as_text_is_held_as_its_named_value(tmp_path: Path) -> None:
+    """ "ok" built by hand is EntryStatus.OK (so usable); an unknown status is a ValueError."""
+    entry = SnapshotEntry("rollouts-1", tmp_path, "ok")  # type: ignore[arg-type]
+    assert entry.status is EntryStatus.OK and entry.usable
+    with pytest.raises(ValueError, match="bogus"):
+        SnapshotEntry("rollouts-1", tmp_path, "bogus")  # type: ignore[arg-type]

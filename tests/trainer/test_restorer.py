@@ -479,3 +479,11 @@ async def test_the_root_lock_is_taken_before_debris_is_cleaned(
             await rig.restore()
     assert caught.value.pid == holder_pid and caught.value.host and caught.value.since
     assert in_flight.is_dir()
+
+
+def test_an_outcome_given_as_text_is_held_as_its_named_value() -> None:
+    """A Considered built with "refused" counts among the report's refused snapshots."""
+    considered = Considered("rollouts-2", "refused", "bad")  # type: ignore[arg-type]
+    assert considered.outcome is Outcome.REFUSED
+    with pytest.raises(ValueError, match="bogus"):
+        Considered("rollouts-2", "bogus")  # type: ignore[arg-type]
