@@ -19,6 +19,9 @@ from envckpt.nemo_gym.readiness import read_ready_file
 
 from helpers.proc_tree import alive, command, descendants, outliving
 
+# How long a server process may take to write its ready file.
+READY_SECONDS = 120.0
+
 
 @pytest.mark.parametrize("preload", [False, True])
 def test_a_server_process_starts_serves_and_stops(tmp_path: Path, preload: bool) -> None:
@@ -32,10 +35,14 @@ def test_a_server_process_starts_serves_and_stops(tmp_path: Path, preload: bool)
         preload=preload,
     )
     try:
-        for _ in range(600):
-            if ready.exists() or child.poll() is not None:
-                break
+        # A deadline, not a count of sleeps: on a loaded machine importing
+        # nemo-gym alone can take tens of seconds.
+        give_up = time.monotonic() + READY_SECONDS
+        while not ready.exists() and child.poll() is None and time.monotonic() < give_up:
             time.sleep(0.05)
+        assert ready.exists(), (
+            f"not ready (exit code {child.poll()}): {(tmp_path / 'policy.log').read_text()[-3000:]}"
+        )
         record = read_ready_file(ready)
         assert record["pid"] == child.pid != os.getpid()
         models = httpx.get(f"{record['url']}/v1/models").json()
