@@ -4,45 +4,32 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from envckpt.nemo_gym.launcher import free_port
-from envckpt.nemo_gym.processes import start_server
 from envckpt.nemo_gym.readiness import read_ready_file
 
+from helpers import policy_process
+from helpers.policy_process import start_policy
 from helpers.proc_tree import alive, command, descendants, outliving
 
-# How long a server process may take to write its ready file.
-READY_SECONDS = 120.0
+# The tests' folder, so a launcher script can import helpers.policy_process.
+TESTS = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("preload", [False, True])
 def test_a_server_process_starts_serves_and_stops(tmp_path: Path, preload: bool) -> None:
     """The scripted policy runs as its own process, logs to its file and stops on SIGTERM."""
     ready = tmp_path / "policy.ready"
-    child = start_server(
-        "envckpt.nemo_gym.scripted_policy",
-        ["--port", str(free_port()), "--ready-file", str(ready)],
-        env=dict(os.environ),
-        log=tmp_path / "policy.log",
-        preload=preload,
-    )
+    child = start_policy(tmp_path, "policy", preload=preload)
     try:
-        # A deadline, not a count of sleeps: on a loaded machine importing
-        # nemo-gym alone can take tens of seconds.
-        give_up = time.monotonic() + READY_SECONDS
-        while not ready.exists() and child.poll() is None and time.monotonic() < give_up:
-            time.sleep(0.05)
-        assert ready.exists(), (
-            f"not ready (exit code {child.poll()}): {(tmp_path / 'policy.log').read_text()[-3000:]}"
-        )
         record = read_ready_file(ready)
         assert record["pid"] == child.pid != os.getpid()
         models = httpx.get(f"{record['url']}/v1/models").json()
@@ -57,24 +44,26 @@ def test_a_server_process_starts_serves_and_stops(tmp_path: Path, preload: bool)
 # thread that then ends, one from the main thread; prints its tree's readiness.
 LAUNCHER = textwrap.dedent(
     """
-    import os, sys, threading, time
+    import sys, threading, time
     from pathlib import Path
-    from envckpt.nemo_gym.launcher import free_port
-    from envckpt.nemo_gym.processes import start_server
-
-    def start(directory, name, preload):
-        args = ["--port", str(free_port()), "--ready-file", str(directory / f"{name}.ready")]
-        return start_server("envckpt.nemo_gym.scripted_policy", args, env=dict(os.environ),
-                            log=directory / f"{name}.log", preload=preload)
+    from helpers.policy_process import start_policy
 
     if __name__ == "__main__":
         directory, preload = Path(sys.argv[1]), sys.argv[2] == "1"
-        worker = threading.Thread(target=start, args=(directory, "a", preload))
+        failed = []
+
+        def start_in_thread():
+            try:
+                start_policy(directory, "a", preload=preload)
+            except BaseException as error:  # the launcher exits instead of waiting forever
+                failed.append(error)
+
+        worker = threading.Thread(target=start_in_thread)
         worker.start()
         worker.join()
-        start(directory, "b", preload)
-        while not all((directory / f"{n}.ready").exists() for n in "ab"):
-            time.sleep(0.05)
+        if failed:
+            raise SystemExit(f"a: {failed[0]}")
+        start_policy(directory, "b", preload=preload)
         print("ready", flush=True)
         time.sleep(600)
     """
@@ -91,6 +80,10 @@ def test_sigkill_of_the_launcher_alone_leaves_no_process(tmp_path: Path, preload
     launcher = subprocess.Popen(
         [sys.executable, str(script), str(tmp_path), "1" if preload else "0"],
         stdout=subprocess.PIPE,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+        },
     )
     started: set[int] = set()
     try:
@@ -108,3 +101,22 @@ def test_sigkill_of_the_launcher_alone_leaves_no_process(tmp_path: Path, preload
         for pid in alive(started | {launcher.pid}):
             os.kill(pid, signal.SIGKILL)
         launcher.wait()
+
+
+def test_a_picked_port_taken_before_the_server_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the helper absorbs: the first port picked is held by another socket; the
+    server exits with "address already in use" and starts again on the next one."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        ports = iter([holder.getsockname()[1]])
+        monkeypatch.setattr(policy_process, "free_port", lambda: next(ports, None) or free_port())
+        child = start_policy(tmp_path, "policy", preload=False)
+    try:
+        assert b"address already in use" in (tmp_path / "policy.log").read_bytes()
+        assert read_ready_file(tmp_path / "policy.ready")["pid"] == child.pid
+    finally:
+        child.terminate()
+        child.wait(timeout=20)
